@@ -1,0 +1,2 @@
+# Empty dependencies file for coldstart.
+# This may be replaced when dependencies are built.

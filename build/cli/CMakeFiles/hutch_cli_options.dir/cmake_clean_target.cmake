@@ -1,0 +1,3 @@
+file(REMOVE_RECURSE
+  "libhutch_cli_options.a"
+)

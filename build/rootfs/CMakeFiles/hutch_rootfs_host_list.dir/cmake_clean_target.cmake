@@ -1,0 +1,3 @@
+file(REMOVE_RECURSE
+  "libhutch_rootfs_host_list.a"
+)

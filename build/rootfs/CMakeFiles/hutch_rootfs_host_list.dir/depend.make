@@ -1,0 +1,2 @@
+# Empty dependencies file for hutch_rootfs_host_list.
+# This may be replaced when dependencies are built.

@@ -1,0 +1,43 @@
+file(REMOVE_RECURSE
+  "CMakeFiles/hutch_runtime.dir/cgroup/layout.cc.o"
+  "CMakeFiles/hutch_runtime.dir/cgroup/layout.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/error.cc.o"
+  "CMakeFiles/hutch_runtime.dir/error.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/features.cc.o"
+  "CMakeFiles/hutch_runtime.dir/features.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/fs/host_rootfs.cc.o"
+  "CMakeFiles/hutch_runtime.dir/fs/host_rootfs.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/fs/idmap.cc.o"
+  "CMakeFiles/hutch_runtime.dir/fs/idmap.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/fs/mount_exec.cc.o"
+  "CMakeFiles/hutch_runtime.dir/fs/mount_exec.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/fs/mount_plan.cc.o"
+  "CMakeFiles/hutch_runtime.dir/fs/mount_plan.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/fs/paths.cc.o"
+  "CMakeFiles/hutch_runtime.dir/fs/paths.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/ns/net.cc.o"
+  "CMakeFiles/hutch_runtime.dir/ns/net.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/ns/userns.cc.o"
+  "CMakeFiles/hutch_runtime.dir/ns/userns.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/process/child.cc.o"
+  "CMakeFiles/hutch_runtime.dir/process/child.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/process/child_error.cc.o"
+  "CMakeFiles/hutch_runtime.dir/process/child_error.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/process/init.cc.o"
+  "CMakeFiles/hutch_runtime.dir/process/init.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/process/sync.cc.o"
+  "CMakeFiles/hutch_runtime.dir/process/sync.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/sandbox.cc.o"
+  "CMakeFiles/hutch_runtime.dir/sandbox.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/security/caps.cc.o"
+  "CMakeFiles/hutch_runtime.dir/security/caps.cc.o.d"
+  "CMakeFiles/hutch_runtime.dir/security/seccomp.cc.o"
+  "CMakeFiles/hutch_runtime.dir/security/seccomp.cc.o.d"
+  "libhutch_runtime.a"
+  "libhutch_runtime.pdb"
+)
+
+# Per-language clean rules from dependency scanning.
+foreach(lang CXX)
+  include(CMakeFiles/hutch_runtime.dir/cmake_clean_${lang}.cmake OPTIONAL)
+endforeach()

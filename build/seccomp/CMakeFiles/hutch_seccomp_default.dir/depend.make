@@ -1,0 +1,2 @@
+# Empty dependencies file for hutch_seccomp_default.
+# This may be replaced when dependencies are built.

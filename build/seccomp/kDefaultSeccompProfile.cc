@@ -1,0 +1,82 @@
+extern const char kDefaultSeccompProfile[];
+const char kDefaultSeccompProfile[] = R"hutch_embed({
+  "comment": "hutch default seccomp profile: an allowlist. Policy and reasons: ../shared/SECURITY.md (copied into docs/security.md). Everything not allowed fails with default_errno; non-native ABIs (x86, x32) kill the process.",
+  "default_errno": "EPERM",
+  "allow": [
+    "accept", "accept4", "access", "alarm", "arch_prctl", "bind", "brk", "capget", "capset",
+    "chdir", "chmod", "chown", "clock_getres", "clock_gettime", "clock_nanosleep", "close",
+    "close_range", "connect", "copy_file_range", "creat", "dup", "dup2", "dup3",
+    "epoll_create", "epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_pwait2", "epoll_wait",
+    "eventfd", "eventfd2", "execve", "execveat", "exit", "exit_group", "faccessat", "faccessat2",
+    "fadvise64", "fallocate", "fchdir", "fchmod", "fchmodat", "fchown", "fchownat", "fcntl",
+    "fdatasync", "fgetxattr", "flistxattr", "flock", "fork", "fremovexattr", "fsetxattr", "fstat",
+    "fstatfs", "fsync", "ftruncate", "futex", "futex_waitv", "getcpu", "getcwd", "getdents",
+    "getdents64", "getegid", "geteuid", "getgid", "getgroups", "getitimer", "getpeername",
+    "getpgid", "getpgrp", "getpid", "getppid", "getpriority", "getrandom", "getresgid",
+    "getresuid", "getrlimit", "get_robust_list", "getrusage", "getsid", "getsockname",
+    "getsockopt", "get_thread_area", "gettid", "gettimeofday", "getuid", "getxattr",
+    "inotify_add_watch", "inotify_init", "inotify_init1", "inotify_rm_watch", "io_cancel",
+    "io_destroy", "io_getevents", "io_pgetevents", "io_setup", "io_submit", "ioctl", "ioprio_get",
+    "ioprio_set", "kill", "landlock_add_rule", "landlock_create_ruleset", "landlock_restrict_self",
+    "lchown", "lgetxattr", "link", "linkat", "listen", "listxattr", "llistxattr", "lremovexattr",
+    "lseek", "lsetxattr", "lstat", "madvise", "membarrier", "memfd_create", "mincore", "mkdir",
+    "mkdirat", "mknod", "mknodat", "mlock", "mlock2", "mlockall", "mmap", "mprotect",
+    "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend", "mq_unlink",
+    "mremap", "msgctl", "msgget", "msgrcv", "msgsnd", "msync", "munlock", "munlockall", "munmap",
+    "name_to_handle_at", "nanosleep", "newfstatat", "open", "openat", "openat2", "pause",
+    "pidfd_open", "pidfd_send_signal", "pipe", "pipe2", "pkey_alloc", "pkey_free", "pkey_mprotect",
+    "poll", "ppoll", "prctl", "pread64", "preadv", "preadv2", "prlimit64", "pselect6", "pwrite64",
+    "pwritev", "pwritev2", "read", "readahead", "readlink", "readlinkat", "readv", "recvfrom",
+    "recvmmsg", "recvmsg", "remap_file_pages", "removexattr", "rename", "renameat", "renameat2",
+    "restart_syscall", "rmdir", "rseq", "rt_sigaction", "rt_sigpending", "rt_sigprocmask",
+    "rt_sigqueueinfo", "rt_sigreturn", "rt_sigsuspend", "rt_sigtimedwait", "rt_tgsigqueueinfo",
+    "sched_getaffinity", "sched_getattr", "sched_getparam", "sched_get_priority_max",
+    "sched_get_priority_min", "sched_getscheduler", "sched_rr_get_interval", "sched_setaffinity",
+    "sched_setattr", "sched_setparam", "sched_setscheduler", "sched_yield", "seccomp", "select",
+    "semctl", "semget", "semop", "semtimedop", "sendfile", "sendmmsg", "sendmsg", "sendto",
+    "setfsgid", "setfsuid", "setgid", "setgroups", "setitimer", "setpgid", "setpriority",
+    "setregid", "setresgid", "setresuid", "setreuid", "setrlimit", "set_robust_list", "setsid",
+    "setsockopt", "set_thread_area", "set_tid_address", "setuid", "setxattr", "shmat", "shmctl",
+    "shmdt", "shmget", "shutdown", "sigaltstack", "signalfd", "signalfd4", "splice", "stat",
+    "statfs", "statx", "symlink", "symlinkat", "sync", "sync_file_range", "syncfs", "sysinfo",
+    "tee", "tgkill", "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
+    "timer_settime", "timerfd_create", "timerfd_gettime", "timerfd_settime", "times", "tkill",
+    "truncate", "umask", "uname", "unlink", "unlinkat", "utime", "utimensat", "utimes", "vfork",
+    "vmsplice", "wait4", "waitid", "write", "writev"
+  ],
+  "allow_if": [
+    {"syscall": "clone", "why": "no CLONE_NEW* flag (mask of NEWTIME NEWNS NEWCGROUP NEWUTS NEWIPC NEWUSER NEWPID NEWNET)",
+     "args": [{"index": 0, "op": "masked_eq", "mask": "0x7E020080", "value": "0"}]},
+    {"syscall": "socket", "why": "AF_UNIX", "args": [{"index": 0, "op": "eq", "value": "1"}]},
+    {"syscall": "socket", "why": "AF_INET", "args": [{"index": 0, "op": "eq", "value": "2"}]},
+    {"syscall": "socket", "why": "AF_INET6", "args": [{"index": 0, "op": "eq", "value": "10"}]},
+    {"syscall": "socket", "why": "AF_NETLINK", "args": [{"index": 0, "op": "eq", "value": "16"}]},
+    {"syscall": "socketpair", "why": "AF_UNIX", "args": [{"index": 0, "op": "eq", "value": "1"}]},
+    {"syscall": "personality", "why": "PER_LINUX", "args": [{"index": 0, "op": "eq", "value": "0"}]},
+    {"syscall": "personality", "why": "query", "args": [{"index": 0, "op": "eq", "value": "0xffffffff"}]}
+  ],
+  "errno": [
+    {"errno": "ENOSYS", "why": "libraries fall back: clone3 flags are invisible to seccomp; io_uring is the most exploited surface; the new mount API",
+     "syscalls": ["clone3", "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree",
+                  "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"]}
+  ],
+  "deny": [
+    "init_module", "finit_module", "delete_module", "create_module", "query_module",
+    "get_kernel_syms", "kexec_load", "kexec_file_load", "reboot", "mount", "umount", "umount2",
+    "pivot_root", "chroot", "setns", "unshare", "add_key", "keyctl", "request_key", "bpf",
+    "perf_event_open", "lookup_dcookie", "fanotify_init", "kcmp", "pidfd_getfd",
+    "process_vm_readv", "process_vm_writev", "process_madvise", "ptrace", "userfaultfd",
+    "move_pages", "migrate_pages", "mbind", "set_mempolicy", "set_mempolicy_home_node",
+    "get_mempolicy", "open_by_handle_at", "settimeofday", "stime", "clock_settime",
+    "clock_adjtime", "adjtimex", "acct", "quotactl", "quotactl_fd", "swapon", "swapoff",
+    "sethostname", "setdomainname", "syslog", "vhangup", "iopl", "ioperm", "modify_ldt",
+    "nfsservctl", "sysfs", "_sysctl", "uselib", "ustat", "vm86", "vm86old"
+  ],
+  "deny_if": [
+    {"syscall": "ioctl", "errno": "EPERM", "why": "TIOCSTI on the low 32 bits (CVE-2019-10063)",
+     "args": [{"index": 1, "op": "masked_eq", "mask": "0xffffffff", "value": "0x5412"}]},
+    {"syscall": "ioctl", "errno": "EPERM", "why": "TIOCLINUX on the low 32 bits",
+     "args": [{"index": 1, "op": "masked_eq", "mask": "0xffffffff", "value": "0x541c"}]}
+  ]
+}
+)hutch_embed";

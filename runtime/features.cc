@@ -1,0 +1,142 @@
+#include "runtime/features.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include "runtime/process/pidfd.h"
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+
+#include "runtime/cgroup/layout.h"
+#include "runtime/fs/idmap.h"
+#include "runtime/ns/userns.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch {
+namespace {
+
+Feature from_errno(std::string name, int err, std::string ok_detail = "") {
+  return {std::move(name), err == 0, err == 0 ? std::move(ok_detail) : std::strerror(err)};
+}
+
+// Runs `probe` in a forked child (which may change namespaces freely); returns its errno.
+int in_child(const std::function<int()>& probe) {
+  pid_t pid = fork();
+  if (pid < 0) return errno;
+  if (pid == 0) _exit(probe());
+  int status;
+  if (waitpid(pid, &status, 0) < 0) return errno;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EFAULT;
+}
+
+bool write_text(const char* path, const char* text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = write(fd, text, std::strlen(text)) == static_cast<ssize_t>(std::strlen(text));
+  close(fd);
+  return ok;
+}
+
+int probe_overlay_in_userns() {
+  return in_child([] {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return errno;
+    if (!write_text("/proc/self/setgroups", "deny") || !write_text("/proc/self/uid_map", "0 0 1") ||
+        !write_text("/proc/self/gid_map", "0 0 1")) {
+      return errno;
+    }
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return errno;
+    if (mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m") != 0) return errno;
+    for (const char* dir : {"/tmp/l", "/tmp/u", "/tmp/w", "/tmp/m"}) {
+      if (mkdir(dir, 0755) != 0) return errno;
+    }
+    if (mount("overlay", "/tmp/m", "overlay", 0,
+              "lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr") != 0) {
+      return errno;
+    }
+    return 0;
+  });
+}
+
+int probe_idmapped_mount() {
+  int ready[2];
+  if (pipe2(ready, O_CLOEXEC) != 0) return errno;
+  pid_t pid = fork();
+  if (pid < 0) return errno;
+  if (pid == 0) {
+    char byte;
+    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+    if (write(ready[1], "x", 1) != 1) _exit(1);
+    close(ready[1]);
+    // EOF once the parent is done with our namespace and closes its end.
+    if (read(ready[0], &byte, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  char byte;
+  int err = read(ready[0], &byte, 1) == 1 ? 0 : ECHILD;
+  if (err == 0) {
+    IdMap ids;
+    if (auto maps = write_id_maps(pid, ids); !maps) err = maps.error().err;
+  }
+  if (err == 0) {
+    auto userns = open_userns(pid);
+    auto tree = userns ? open_idmapped_tree("/", userns->get()) : std::unexpected(userns.error());
+    if (!tree) err = tree.error().err ? tree.error().err : EINVAL;
+  }
+  close(ready[1]);
+  close(ready[0]);
+  waitpid(pid, nullptr, 0);
+  return err;
+}
+
+}  // namespace
+
+std::vector<Feature> probe_features() {
+  std::vector<Feature> features;
+  features.push_back(from_errno("user namespaces", in_child([] {
+    return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
+  })));
+  features.push_back(from_errno("overlayfs in a user namespace", probe_overlay_in_userns()));
+  features.push_back(from_errno("idmapped mounts", probe_idmapped_mount()));
+
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  UniqueFd root(static_cast<int>(syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how)));
+  features.push_back(from_errno("openat2", root ? 0 : errno));
+
+  // clone3 with a null argument fails with EFAULT/EINVAL where it exists.
+  syscall(SYS_clone3, nullptr, 0);
+  features.push_back(from_errno("clone3", errno == ENOSYS ? ENOSYS : 0));
+
+  UniqueFd self(pidfd_open_fd(getpid()));
+  features.push_back(from_errno("pidfd", self ? 0 : errno));
+
+  features.push_back(from_errno("close_range", close_range(~0U - 1, ~0U, 0) == 0 ? 0 : errno));
+  features.push_back(from_errno("seccomp filters", prctl(PR_GET_SECCOMP) >= 0 ? 0 : errno));
+
+  if (auto layout = read_cgroup_layout()) {
+    std::string detail = layout->mode();
+    if (!layout->v2_mount.empty()) {
+      detail += "; cgroup2 at " + layout->v2_mount + " controllers:";
+      for (const std::string& c : layout->v2_controllers) detail += " " + c;
+    }
+    if (!layout->v1.empty()) {
+      detail += "; v1:";
+      for (const CgroupV1Hierarchy& h : layout->v1) detail += " " + h.mount_point;
+    }
+    features.push_back({"cgroup layout", layout->mode() != "none", detail});
+  } else {
+    features.push_back({"cgroup layout", false, layout.error().message()});
+  }
+  return features;
+}
+
+}  // namespace hutch

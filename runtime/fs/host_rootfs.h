@@ -1,0 +1,48 @@
+// The embedded default rootfs "host": the host's own /usr and libraries plus harmless parts of
+// /etc, read-only, with everything else hidden. A small "skeleton" lower layer of whiteouts and
+// opaque directories sits above the host's root in the overlay. The child builds it in its
+// staging tmpfs: overlayfs refuses a lower layer inside another (the skeleton cannot live on
+// the host's root filesystem), and a per-sandbox skeleton leaves nothing on the host.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace hutch {
+
+struct HostRootfsRule {
+  enum class Kind { kShow, kEmpty };
+  Kind kind = Kind::kShow;
+  std::string path;  // absolute, normalized
+  mode_t mode = 0;   // kEmpty only
+};
+
+// Parses rootfs/host.list (see the comments in that file).
+Result<std::vector<HostRootfsRule>> parse_host_rootfs_list(std::string_view text);
+
+struct SkeletonEntry {
+  enum class Kind { kDir, kOpaqueDir, kWhiteout };
+  Kind kind = Kind::kDir;
+  std::string path;  // absolute inside the rootfs
+  mode_t mode = 0755;
+  bool operator==(const SkeletonEntry&) const = default;
+};
+
+// Names in a host directory, or nullopt when it does not exist.
+using ListDir = std::function<std::optional<std::vector<std::string>>(const std::string&)>;
+
+// Pure: the skeleton's entries, parents before children, for the host as `list_dir` shows it.
+std::vector<SkeletonEntry> plan_host_skeleton(const std::vector<HostRootfsRule>& rules,
+                                              const ListDir& list_dir);
+
+// The skeleton for this host as it is now, from the embedded rootfs/host.list.
+Result<std::vector<SkeletonEntry>> plan_this_host_skeleton();
+
+}  // namespace hutch

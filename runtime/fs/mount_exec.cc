@@ -1,0 +1,322 @@
+#include "runtime/fs/mount_exec.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <utility>
+
+namespace hutch {
+namespace {
+
+constexpr const char* kStaging = "/tmp";
+constexpr const char* kHostRoot = "/oldroot";
+constexpr const char* kNewRoot = "/root";
+
+// An fd closed on scope exit; the child's own tiny UniqueFd, free of allocation.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int value) : fd(value) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+bool fail(ChildError* error, const char* step, const char* detail, int err = errno) {
+  set_child_error(error, step, detail, err);
+  return false;
+}
+
+void format_u64(char* out, unsigned long size, unsigned long long value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  unsigned long i = 0;
+  while (n > 0 && i + 1 < size) out[i++] = digits[--n];
+  out[i] = '\0';
+}
+
+// Opens `path` (absolute inside the sandbox) beneath root_fd, refusing every symlink and magic
+// link on the way: a rootfs whose /proc is a symlink cannot send a mount elsewhere.
+int open_beneath(int root_fd, const char* path, unsigned long long flags) {
+  open_how how{};
+  how.flags = flags | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  while (*path == '/') ++path;
+  if (*path == '\0') path = ".";
+  return static_cast<int>(syscall(SYS_openat2, root_fd, path, &how, sizeof how));
+}
+
+// Splits "/a/b/c" into the parent "/a/b" (opened beneath root) and the last name "c".
+int open_parent_beneath(int root_fd, const char* path, char* parent, char* name) {
+  unsigned long len = 0;
+  while (path[len] != '\0' && len < PATH_MAX - 1) ++len;
+  unsigned long slash = len;
+  while (slash > 0 && path[slash] != '/') --slash;
+  unsigned long i = 0;
+  for (; i < slash; ++i) parent[i] = path[i];
+  parent[i] = '\0';
+  unsigned long j = 0;
+  for (unsigned long k = slash + 1; k < len; ++k) name[j++] = path[k];
+  name[j] = '\0';
+  return open_beneath(root_fd, parent, O_PATH | O_DIRECTORY);
+}
+
+bool make_dirs_beneath(int root_fd, const MountOp& op, ChildError* error) {
+  const char* path = op.path.c_str();
+  Fd dir(open_beneath(root_fd, "/", O_PATH | O_DIRECTORY));
+  if (dir.fd < 0) return fail(error, "openat2", "/");
+  char name[NAME_MAX + 1];
+  while (*path != '\0') {
+    while (*path == '/') ++path;
+    unsigned long n = 0;
+    while (path[n] != '\0' && path[n] != '/' && n < NAME_MAX) {
+      name[n] = path[n];
+      ++n;
+    }
+    name[n] = '\0';
+    path += n;
+    if (n == 0) break;
+    bool created = mkdirat(dir.fd, name, op.mode) == 0;
+    if (!created && errno != EEXIST) return fail(error, "mkdirat", op.path.c_str());
+    Fd next(open_beneath(dir.fd, name, O_PATH | O_DIRECTORY));
+    if (next.fd < 0) return fail(error, "openat2(no symlinks)", op.path.c_str());
+    if (created && *path == '\0') {
+      if (fchmodat(dir.fd, name, op.mode, 0) != 0) return fail(error, "fchmodat", op.path.c_str());
+      if ((op.uid != 0 || op.gid != 0) &&
+          fchownat(dir.fd, name, op.uid, op.gid, AT_SYMLINK_NOFOLLOW) != 0) {
+        return fail(error, "fchownat", op.path.c_str());
+      }
+    }
+    close(dir.fd);
+    dir.fd = std::exchange(next.fd, -1);
+  }
+  return true;
+}
+
+bool attach(int tree_fd, int target_fd, const char* what, ChildError* error) {
+  if (move_mount(tree_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+    return fail(error, "move_mount", what);
+  }
+  return true;
+}
+
+bool mount_fs(int root_fd, const MountOp& op, unsigned long long attrs, ChildError* error) {
+  const char* path = op.path.c_str();
+  Fd target(open_beneath(root_fd, path, O_PATH));
+  if (target.fd < 0) {
+    if (errno == ENOENT && op.kind == MountOp::Kind::kMaskDir) return true;
+    return fail(error, "openat2(no symlinks)", path);
+  }
+  Fd context(fsopen(op.fstype.c_str(), FSOPEN_CLOEXEC));
+  if (context.fd < 0) return fail(error, "fsopen", op.fstype.c_str());
+  for (const auto& [key, value] : op.options) {
+    int rc = value.empty() ? fsconfig(context.fd, FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
+                           : fsconfig(context.fd, FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
+    if (rc != 0) return fail(error, "fsconfig", key.c_str());
+  }
+  if (fsconfig(context.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    return fail(error, "fsconfig(FSCONFIG_CMD_CREATE)", op.fstype.c_str());
+  }
+  Fd mount(fsmount(context.fd, FSMOUNT_CLOEXEC, static_cast<unsigned>(attrs)));
+  if (mount.fd < 0) return fail(error, "fsmount", path);
+  return attach(mount.fd, target.fd, path, error);
+}
+
+// Creates the mount point for a bind of a file or a directory, unless it exists.
+int create_target(int root_fd, const char* path, bool directory) {
+  int existing = open_beneath(root_fd, path, O_PATH);
+  if (existing >= 0 || errno != ENOENT) return existing;
+  char parent[PATH_MAX], name[NAME_MAX + 1];
+  Fd dir(open_parent_beneath(root_fd, path, parent, name));
+  if (dir.fd < 0) return -1;
+  if (directory) {
+    if (mkdirat(dir.fd, name, 0755) != 0 && errno != EEXIST) return -1;
+  } else {
+    int file = openat(dir.fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (file < 0 && errno != EEXIST) return -1;
+    if (file >= 0) close(file);
+  }
+  return open_beneath(root_fd, path, O_PATH);
+}
+
+bool bind_host(int root_fd, const char* source, const char* target, bool read_only,
+               ChildError* error) {
+  char host_path[PATH_MAX] = "";
+  append_cstr(host_path, sizeof host_path, kHostRoot);
+  append_cstr(host_path, sizeof host_path, source);
+  Fd tree(open_tree(AT_FDCWD, host_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+  if (tree.fd < 0) return fail(error, "open_tree", source);
+  if (read_only) {
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_RDONLY;
+    if (mount_setattr(tree.fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+      return fail(error, "mount_setattr(MOUNT_ATTR_RDONLY)", source);
+    }
+  }
+  struct stat st;
+  if (fstat(tree.fd, &st) != 0) return fail(error, "fstat", source);
+  Fd mount_point(create_target(root_fd, target, S_ISDIR(st.st_mode)));
+  if (mount_point.fd < 0) return fail(error, "create bind target", target);
+  return attach(tree.fd, mount_point.fd, target, error);
+}
+
+bool make_read_only(int root_fd, const MountOp& op, ChildError* error) {
+  Fd target(open_beneath(root_fd, op.path.c_str(), O_PATH));
+  if (target.fd < 0) return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
+  Fd tree(open_tree(target.fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));
+  if (tree.fd < 0) return fail(error, "open_tree", op.path.c_str());
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_RDONLY;
+  if (mount_setattr(tree.fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+    return fail(error, "mount_setattr(MOUNT_ATTR_RDONLY)", op.path.c_str());
+  }
+  return attach(tree.fd, target.fd, op.path.c_str(), error);
+}
+
+bool write_file(int root_fd, const MountOp& op, ChildError* error) {
+  char parent[PATH_MAX], name[NAME_MAX + 1];
+  Fd dir(open_parent_beneath(root_fd, op.path.c_str(), parent, name));
+  if (dir.fd < 0) return fail(error, "openat2(no symlinks)", parent);
+  if (op.kind == MountOp::Kind::kSymlink) {
+    if (symlinkat(op.source.c_str(), dir.fd, name) != 0) return fail(error, "symlinkat", op.path.c_str());
+    return true;
+  }
+  Fd file(openat(dir.fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, op.mode));
+  if (file.fd < 0) return fail(error, "openat", op.path.c_str());
+  const char* data = op.source.data();
+  size_t left = op.source.size();
+  while (left > 0) {
+    ssize_t n = write(file.fd, data, left);
+    if (n < 0) return fail(error, "write", op.path.c_str());
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool run_op(int root_fd, const MountOp& op, ChildError* error) {
+  switch (op.kind) {
+    case MountOp::Kind::kMkdir:
+      return make_dirs_beneath(root_fd, op, error);
+    case MountOp::Kind::kMountFs:
+      return mount_fs(root_fd, op, op.attrs, error);
+    case MountOp::Kind::kBind:
+      return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, error);
+    case MountOp::Kind::kMaskFile: {
+      Fd exists(open_beneath(root_fd, op.path.c_str(), O_PATH));
+      if (exists.fd < 0) return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
+      return bind_host(root_fd, "/dev/null", op.path.c_str(), true, error);
+    }
+    case MountOp::Kind::kMaskDir: {
+      MountOp tmpfs = op;
+      tmpfs.fstype = "tmpfs";
+      tmpfs.options = {};
+      return mount_fs(root_fd, tmpfs, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          MOUNT_ATTR_NOEXEC, error);
+    }
+    case MountOp::Kind::kReadOnly:
+      return make_read_only(root_fd, op, error);
+    case MountOp::Kind::kSymlink:
+    case MountOp::Kind::kWriteFile:
+      return write_file(root_fd, op, error);
+  }
+  return fail(error, "mount plan", "unknown step", EINVAL);
+}
+
+// The skeleton layer, in the staging tmpfs. Whiteouts (0/0 character devices) need no
+// CAP_MKNOD since Linux 5.8; user.* xattrs on tmpfs need Linux 6.6.
+bool create_skeleton(const MountPlan& plan, ChildError* error) {
+  if (plan.skeleton.empty()) return true;
+  if (mkdir("/skel", 0755) != 0) return fail(error, "mkdir", "/skel");
+  for (const SkeletonEntry& entry : plan.skeleton) {
+    char path[PATH_MAX] = "/skel";
+    append_cstr(path, sizeof path, entry.path.c_str());
+    if (entry.kind == SkeletonEntry::Kind::kWhiteout) {
+      if (mknod(path, S_IFCHR | 0, makedev(0, 0)) != 0) return fail(error, "mknod(whiteout)", path);
+      continue;
+    }
+    if (mkdir(path, entry.mode) != 0) return fail(error, "mkdir", path);
+    if (chmod(path, entry.mode) != 0) return fail(error, "chmod", path);
+    // Mounted with "userxattr" inside the user namespace, overlayfs reads user.overlay.*.
+    if (entry.kind == SkeletonEntry::Kind::kOpaqueDir &&
+        setxattr(path, "user.overlay.opaque", "y", 1, 0) != 0) {
+      return fail(error, "setxattr(user.overlay.opaque)", path);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool enter_staging(const MountPlan& plan, ChildError* error) {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return fail(error, "mount", "MS_REC|MS_PRIVATE on /");
+  }
+  char options[64] = "mode=0755,size=";
+  char size[24];
+  format_u64(size, sizeof size, plan.staging_bytes);
+  append_cstr(options, sizeof options, size);
+  if (mount("tmpfs", kStaging, "tmpfs", MS_NOSUID | MS_NODEV, options) != 0) {
+    return fail(error, "mount", "tmpfs on /tmp (staging)");
+  }
+  if (mkdir("/tmp/oldroot", 0700) != 0) return fail(error, "mkdir", "/tmp/oldroot");
+  if (chdir(kStaging) != 0) return fail(error, "chdir", kStaging);
+  if (syscall(SYS_pivot_root, ".", "oldroot") != 0) return fail(error, "pivot_root", "staging");
+  if (chdir("/") != 0) return fail(error, "chdir", "/");
+  for (const char* dir : {"/upper", "/work", kNewRoot}) {
+    if (mkdir(dir, 0755) != 0) return fail(error, "mkdir", dir);
+  }
+  return true;
+}
+
+bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError* error) {
+  if (!create_skeleton(plan, error)) return false;
+  for (size_t i = 0; i < plan.lower_count; ++i) {
+    char dir[32] = "/lower";
+    char index[24];
+    format_u64(index, sizeof index, i);
+    append_cstr(dir, sizeof dir, index);
+    if (mkdir(dir, 0755) != 0) return fail(error, "mkdir", dir);
+    if (move_mount(lower_fds[i], "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      return fail(error, "move_mount", dir);
+    }
+  }
+  if (mount("overlay", kNewRoot, "overlay", MS_NOSUID | MS_NODEV, plan.overlay_options.c_str()) != 0) {
+    return fail(error, "mount", "overlay on /root");
+  }
+  return true;
+}
+
+bool run_mount_ops(const MountPlan& plan, ChildError* error) {
+  Fd root(open(kNewRoot, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (root.fd < 0) return fail(error, "open", kNewRoot);
+  for (const MountOp& op : plan.ops) {
+    if (!run_op(root.fd, op, error)) return false;
+  }
+  return true;
+}
+
+bool pivot_into_root(ChildError* error) {
+  if (umount2(kHostRoot, MNT_DETACH) != 0) return fail(error, "umount2", kHostRoot);
+  if (chdir(kNewRoot) != 0) return fail(error, "chdir", kNewRoot);
+  // pivot_root(".", ".") stacks the old root under the new one; detaching "." then drops it.
+  if (syscall(SYS_pivot_root, ".", ".") != 0) return fail(error, "pivot_root", kNewRoot);
+  if (umount2(".", MNT_DETACH) != 0) return fail(error, "umount2", "staging");
+  if (chdir("/") != 0) return fail(error, "chdir", "/");
+  return true;
+}
+
+}  // namespace hutch

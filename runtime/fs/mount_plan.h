@@ -1,0 +1,65 @@
+// The sandbox's mounts as a plan: built and validated in the parent (pure, unit-tested without
+// root), executed mechanically by the child (mount_exec.h).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/fs/host_rootfs.h"
+#include "runtime/spec.h"
+
+namespace hutch {
+
+// One step inside the new root. Paths are absolute inside the sandbox and are resolved beneath
+// its root without following any symlink, so a hostile rootfs cannot redirect a mount.
+struct MountOp {
+  enum class Kind {
+    kMkdir,      // mkdir -p path (mode); a created last component is chowned to uid:gid
+    kMountFs,    // a new filesystem of fstype at path, with options and MOUNT_ATTR_* attrs
+    kBind,       // host source (canonical) at path, recursively; read-only when read_only
+    kMaskFile,   // /dev/null over path, when path exists
+    kMaskDir,    // an empty read-only tmpfs over path, when path exists
+    kReadOnly,   // path and everything below it read-only, when path exists
+    kSymlink,    // path -> source
+    kWriteFile,  // path with contents = source, mode
+  };
+  Kind kind;
+  std::string path;
+  std::string source;
+  std::string fstype;
+  std::vector<std::pair<std::string, std::string>> options;  // fsconfig key, value ("" = flag)
+  unsigned long long attrs = 0;                               // MOUNT_ATTR_* for kMountFs
+  mode_t mode = 0755;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool read_only = true;
+};
+
+struct MountPlan {
+  std::string overlay_options;  // lowerdir=...,upperdir=...,workdir=... inside the staging area
+  size_t lower_count = 0;
+  std::vector<SkeletonEntry> skeleton;  // built at /skel as the topmost lower layer, if any
+  unsigned long long staging_bytes = 0;
+  std::vector<MountOp> ops;
+};
+
+// Pure. `lower_count` idmapped lower trees will be attached at /lower0.. in the staging area,
+// below `skeleton` when it is not empty. Bind sources must already be canonical host paths.
+Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count,
+                                   std::vector<SkeletonEntry> skeleton = {});
+
+// The generated /etc files, pure so tests can read them.
+std::string generate_passwd(uid_t uid, gid_t gid);
+std::string generate_group(gid_t gid);
+std::string generate_hosts(const std::string& hostname);
+
+// Runc's masked paths (SECURITY.md): files get /dev/null, directories an empty read-only tmpfs.
+extern const std::vector<std::string> kMaskedProcFiles;
+extern const std::vector<std::string> kMaskedProcDirs;
+extern const std::vector<std::string> kReadOnlyProcPaths;
+
+}  // namespace hutch

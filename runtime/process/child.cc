@@ -1,0 +1,172 @@
+#include "runtime/process/child.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "runtime/fs/mount_exec.h"
+#include "runtime/ns/net.h"
+#include "runtime/ns/userns.h"
+#include "runtime/process/init.h"
+#include "runtime/process/sync.h"
+#include "runtime/security/caps.h"
+
+namespace hutch {
+namespace {
+
+[[noreturn]] void die(int sync_fd, SyncMessage::From from, const ChildError& error, int status) {
+  SyncMessage message{};
+  message.kind = SyncMessage::Kind::kFailure;
+  message.from = from;
+  message.error = error;
+  send_sync(sync_fd, message);
+  _exit(status);
+}
+
+[[noreturn]] void die_step(int sync_fd, SyncMessage::From from, const char* step,
+                           const char* detail, int err, int status = 125) {
+  ChildError error;
+  set_child_error(&error, step, detail, err);
+  die(sync_fd, from, error, status);
+}
+
+// Confinement shared by init and the workload: no capabilities, no_new_privs, and last the
+// seccomp filter (it need not allow any setup syscall).
+void confine(const ChildPlan& plan, SyncMessage::From from, bool switch_ids) {
+  const char* step = nullptr;
+  if (int err = drop_bounding_and_lock_securebits(plan.last_cap, &step)) {
+    die_step(plan.sync_fd, from, step, "", err);
+  }
+  if (switch_ids) {
+    if (setgroups(0, nullptr) != 0) die_step(plan.sync_fd, from, "setgroups", "[]", errno);
+    if (setresgid(plan.gid, plan.gid, plan.gid) != 0) {
+      die_step(plan.sync_fd, from, "setresgid", "sandbox gid", errno);
+    }
+    if (setresuid(plan.uid, plan.uid, plan.uid) != 0) {
+      die_step(plan.sync_fd, from, "setresuid", "sandbox uid", errno);
+    }
+  }
+  if (int err = clear_capabilities(&step)) die_step(plan.sync_fd, from, step, "", err);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    die_step(plan.sync_fd, from, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
+  }
+}
+
+// execvpe that searches the sandbox's PATH (glibc's would search hutch's own).
+[[noreturn]] void exec_workload(const ChildPlan& plan) {
+  const char* file = plan.argv[0];
+  int exec_errno = ENOENT;
+  if (std::strchr(file, '/') != nullptr) {
+    execve(file, plan.argv.data(), plan.envp.data());
+    exec_errno = errno;
+  } else {
+    bool saw_eacces = false;
+    for (const char* dir : plan.path_dirs) {
+      char path[PATH_MAX] = "";
+      append_cstr(path, sizeof path, dir);
+      append_cstr(path, sizeof path, "/");
+      append_cstr(path, sizeof path, file);
+      execve(path, plan.argv.data(), plan.envp.data());
+      if (errno == EACCES) saw_eacces = true;
+      if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
+        exec_errno = errno;
+        break;
+      }
+    }
+    if (exec_errno == ENOENT && saw_eacces) exec_errno = EACCES;
+  }
+  // A shell's convention: 127 for "not found", 126 for "found but cannot run".
+  die_step(plan.sync_fd, SyncMessage::From::kWorkload, "execve", file, exec_errno,
+           exec_errno == ENOENT || exec_errno == ENOTDIR ? 127 : 126);
+}
+
+[[noreturn]] void run_workload(const ChildPlan& plan) {
+  constexpr auto from = SyncMessage::From::kWorkload;
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  confine(plan, from, true);
+  if (chdir(plan.workdir) != 0) die_step(plan.sync_fd, from, "chdir", plan.workdir, errno);
+  // Nothing of the runtime's may reach the workload (CVE-2024-21626); the sync socket is
+  // close-on-exec like every fd hutch opens, so execve drops it.
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    die_step(plan.sync_fd, from, "close_range", "3..", errno);
+  }
+  // Seccomp last: the filter need not allow any setup syscall.
+  if (int err = load_seccomp(*plan.seccomp)) die_step(plan.sync_fd, from, "seccomp", "load", err);
+  exec_workload(plan);
+}
+
+}  // namespace
+
+[[noreturn]] void run_sandbox_child(const ChildPlan& plan) {
+  constexpr auto from = SyncMessage::From::kInit;
+  const int sync_fd = plan.sync_fd;
+  // If hutch dies, the sandbox dies with it.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die_step(sync_fd, from, "prctl", "PR_SET_PDEATHSIG", errno);
+  // Non-dumpable: the workload (same ids) cannot open /proc/1/{mem,exe,fd} of this process,
+  // which still is hutch's own binary (CVE-2019-5736).
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die_step(sync_fd, from, "prctl", "PR_SET_DUMPABLE", errno);
+
+  SyncMessage go{};
+  int lower_fds[kMaxPassedFds];
+  int lower_count = kMaxPassedFds;
+  long n = recv_sync(sync_fd, &go, lower_fds, &lower_count);
+  if (n <= 0 || go.kind != SyncMessage::Kind::kGo) _exit(125);  // the parent gave up
+  if (static_cast<size_t>(lower_count) != plan.mounts->lower_count) {
+    die_step(sync_fd, from, "recvmsg", "lower layer fds", EBADMSG);
+  }
+
+  // The id maps exist now: become the namespace's root, so that files this process creates
+  // get the mapped owner rather than an unmappable host root (EOVERFLOW), and shed host root's
+  // supplementary groups.
+  if (setresgid(0, 0, 0) != 0) die_step(sync_fd, from, "setresgid", "0 in the sandbox", errno);
+  if (setresuid(0, 0, 0) != 0) die_step(sync_fd, from, "setresuid", "0 in the sandbox", errno);
+  if (setgroups(0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
+
+  if (sethostname(plan.hostname, std::strlen(plan.hostname)) != 0) {
+    die_step(sync_fd, from, "sethostname", plan.hostname, errno);
+  }
+  if (plan.loopback_up) {
+    if (int err = bring_loopback_up()) die_step(sync_fd, from, "ioctl", "SIOCSIFFLAGS lo up", err);
+  }
+  // Through the host's /proc, before it is detached: most kernel exploits need a fresh userns.
+  if (int err = forbid_nested_userns()) {
+    die_step(sync_fd, from, "write", "/proc/sys/user/max_user_namespaces", err);
+  }
+
+  ChildError error;
+  if (!enter_staging(*plan.mounts, &error)) die(sync_fd, from, error, 125);
+  if (!mount_root_overlay(*plan.mounts, lower_fds, &error)) die(sync_fd, from, error, 125);
+  for (int i = 0; i < lower_count; ++i) close(lower_fds[i]);
+  if (!run_mount_ops(*plan.mounts, &error)) die(sync_fd, from, error, 125);
+  if (!pivot_into_root(&error)) die(sync_fd, from, error, 125);
+
+  rlimit no_core{0, 0};
+  if (setrlimit(RLIMIT_CORE, &no_core) != 0) die_step(sync_fd, from, "setrlimit", "RLIMIT_CORE 0", errno);
+
+  // Blocked before the fork so that no signal is lost between fork and init's wait loop.
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+  pid_t workload = fork();
+  if (workload < 0) die_step(sync_fd, from, "fork", "workload", errno);
+  if (workload == 0) run_workload(plan);
+
+  // Init keeps only the sync socket and stdio.
+  if (sync_fd > 3) close_range(3, sync_fd - 1, 0);
+  close_range(sync_fd + 1, ~0U, 0);
+  confine(plan, from, false);
+  if (int err = load_seccomp(*plan.seccomp)) die_step(sync_fd, from, "seccomp", "load (init)", err);
+  run_init(sync_fd, workload);
+}
+
+}  // namespace hutch

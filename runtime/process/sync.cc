@@ -1,0 +1,63 @@
+#include "runtime/process/sync.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace hutch {
+
+int send_sync(int sock, const SyncMessage& message, const int* fds, int fd_count) {
+  iovec iov{const_cast<SyncMessage*>(&message), sizeof message};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (fd_count > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
+    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
+    std::memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
+  }
+  while (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool nonblocking) {
+  iovec iov{message, sizeof *message};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0))) < 0) {
+    if (errno != EINTR) return -errno;
+  }
+  int received = 0;
+  for (cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    int count = static_cast<int>((cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(cmsg) + i * sizeof(int), sizeof fd);
+      if (fds != nullptr && fd_count != nullptr && received < *fd_count) {
+        fds[received++] = fd;
+      } else {
+        close(fd);  // more than the caller asked for: never keep an fd nobody owns
+      }
+    }
+  }
+  if (fd_count != nullptr) *fd_count = received;
+  if (n > 0 && n != static_cast<ssize_t>(sizeof *message)) return -EBADMSG;
+  return n;
+}
+
+}  // namespace hutch

@@ -1,0 +1,32 @@
+// Typed messages between the parent and the sandbox over a SOCK_SEQPACKET socketpair.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/process/child_error.h"
+
+namespace hutch {
+
+struct SyncMessage {
+  enum class Kind : uint32_t {
+    kGo = 1,        // parent -> child: id maps written; carries the idmapped lower trees
+    kFailure,       // child -> parent: a step failed (error)
+    kWorkloadExit,  // init -> parent: the workload ended (exit_code or term_signal)
+  };
+  enum class From : uint32_t { kParent, kInit, kWorkload };
+  Kind kind;
+  From from;
+  int32_t exit_code;
+  int32_t term_signal;
+  ChildError error;
+};
+
+constexpr int kMaxPassedFds = 8;
+
+// Both async-signal-safe. send_sync returns 0 or errno; recv_sync returns the byte count
+// (0 at EOF) or -errno (-EAGAIN when nonblocking and nothing is queued), and stores up to *fd_count received fds (O_CLOEXEC) in fds.
+int send_sync(int sock, const SyncMessage& message, const int* fds = nullptr, int fd_count = 0);
+long recv_sync(int sock, SyncMessage* message, int* fds = nullptr, int* fd_count = nullptr,
+               bool nonblocking = false);
+
+}  // namespace hutch

@@ -1,0 +1,319 @@
+#include "runtime/sandbox.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include "runtime/process/pidfd.h"
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "runtime/fs/host_rootfs.h"
+#include "runtime/fs/idmap.h"
+#include "runtime/fs/mount_plan.h"
+#include "runtime/fs/paths.h"
+#include "runtime/ns/userns.h"
+#include "runtime/process/child.h"
+#include "runtime/process/sync.h"
+#include "runtime/security/caps.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch {
+namespace {
+
+constexpr uint64_t kNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                                 CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP;
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// The sandbox's init, seen from the parent. Until reaped, destruction kills it, and with it
+// (pid namespace teardown) every process of the sandbox.
+class SandboxProcess {
+ public:
+  SandboxProcess(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  SandboxProcess(const SandboxProcess&) = delete;
+  SandboxProcess& operator=(const SandboxProcess&) = delete;
+  ~SandboxProcess() {
+    if (reaped_) return;
+    kill();
+    siginfo_t info;
+    while (waitid(P_PIDFD, pidfd_.get(), &info, WEXITED) != 0 && errno == EINTR) {
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  int pidfd() const { return pidfd_.get(); }
+  void kill() const { pidfd_signal(pidfd_.get(), SIGKILL); }
+
+  // Reaps init (which reaped the workload) along with the resource usage of both.
+  Result<siginfo_t> reap(rusage* usage) {
+    siginfo_t info{};
+    while (syscall(SYS_waitid, P_PIDFD, pidfd_.get(), &info, WEXITED, usage) != 0) {
+      if (errno != EINTR) return sys_error("waitid", "P_PIDFD sandbox init");
+    }
+    reaped_ = true;
+    return info;
+  }
+
+ private:
+  pid_t pid_;
+  UniqueFd pidfd_;
+  bool reaped_ = false;
+};
+
+// Blocks the forwarded signals for the run and reads them from a signalfd; restores on exit.
+class ForwardedSignals {
+ public:
+  ForwardedSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kForwardedSignals) sigaddset(&set, sig);
+    sigprocmask(SIG_BLOCK, &set, &saved_);
+    fd_.reset(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  }
+  ForwardedSignals(const ForwardedSignals&) = delete;
+  ForwardedSignals& operator=(const ForwardedSignals&) = delete;
+  ~ForwardedSignals() { sigprocmask(SIG_SETMASK, &saved_, nullptr); }
+  int fd() const { return fd_.get(); }
+
+ private:
+  sigset_t saved_;
+  UniqueFd fd_;
+};
+
+int64_t now_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000 + ts.tv_nsec / 1000;
+}
+
+std::chrono::microseconds to_us(const timeval& tv) {
+  return std::chrono::microseconds(int64_t{tv.tv_sec} * 1'000'000 + tv.tv_usec);
+}
+
+Result<std::string> canonical_dir(const std::string& path, const char* what) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return sys_error("realpath", std::string(what) + " " + path);
+  struct stat st;
+  if (stat(resolved, &st) != 0) return sys_error("stat", resolved);
+  if (std::strcmp(what, "rootfs") == 0 && !S_ISDIR(st.st_mode)) {
+    return plain_error("rootfs", std::string(resolved) + " is not a directory");
+  }
+  return std::string(resolved);
+}
+
+Error error_from_child(const ChildError& error) {
+  return Error{error.step, error.detail, error.err};
+}
+
+struct Prepared {
+  SandboxSpec spec;  // with canonical paths
+  std::vector<std::string> lowers;
+  MountPlan mounts;
+  ChildPlan child;
+  std::vector<std::string> path_dirs;
+};
+
+Result<void> prepare(const SandboxSpec& input, Prepared& out) {
+  out.spec = input;
+  SandboxSpec& spec = out.spec;
+  if (spec.argv.empty() || spec.argv[0].empty()) return plain_error("run", "no command given");
+  if (auto r = validate_id_map(spec.ids); !r) return r;
+  if (spec.uid >= spec.ids.count || spec.gid >= spec.ids.count) {
+    return plain_error("id map", "uid/gid " + std::to_string(spec.uid) + "/" +
+                                     std::to_string(spec.gid) + " is outside the mapped range 0.." +
+                                     std::to_string(spec.ids.count - 1));
+  }
+  std::vector<SkeletonEntry> skeleton;
+  if (spec.lower_dirs.empty()) {
+    auto planned = plan_this_host_skeleton();
+    if (!planned) return std::unexpected(planned.error());
+    skeleton = std::move(*planned);
+    out.lowers = {"/"};
+  } else {
+    for (const std::string& dir : spec.lower_dirs) {
+      auto canonical = canonical_dir(dir, "rootfs");
+      if (!canonical) return std::unexpected(canonical.error());
+      out.lowers.push_back(*canonical);
+    }
+  }
+  if (out.lowers.size() > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
+  for (BindMount& bind : spec.binds) {
+    auto canonical = canonical_dir(bind.source, "bind source");
+    if (!canonical) return std::unexpected(canonical.error());
+    bind.source = *canonical;
+  }
+  auto mounts = build_mount_plan(spec, out.lowers.size(), std::move(skeleton));
+  if (!mounts) return std::unexpected(mounts.error());
+  out.mounts = std::move(*mounts);
+
+  std::string path_var = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (const std::string& kv : spec.env) {
+    if (kv.starts_with("PATH=")) path_var = kv.substr(5);
+  }
+  for (size_t start = 0; start <= path_var.size();) {
+    size_t end = path_var.find(':', start);
+    if (end == std::string::npos) end = path_var.size();
+    std::string dir = path_var.substr(start, end - start);
+    out.path_dirs.push_back(dir.empty() ? "." : dir);
+    start = end + 1;
+  }
+
+  ChildPlan& child = out.child;
+  child.mounts = &out.mounts;
+  child.seccomp = &spec.seccomp;
+  child.hostname = spec.hostname.c_str();
+  child.loopback_up = spec.net == NetMode::kLoopback;
+  child.uid = spec.uid;
+  child.gid = spec.gid;
+  child.workdir = spec.workdir.c_str();
+  child.last_cap = last_capability();
+  for (std::string& arg : spec.argv) child.argv.push_back(arg.data());
+  child.argv.push_back(nullptr);
+  for (std::string& kv : spec.env) child.envp.push_back(kv.data());
+  child.envp.push_back(nullptr);
+  for (const std::string& dir : out.path_dirs) child.path_dirs.push_back(dir.c_str());
+  return {};
+}
+
+// Parent side of the handshake: id maps, then the idmapped lower trees, then "go".
+Result<void> release_child(const Prepared& prepared, pid_t pid, int sync_fd) {
+  if (auto r = write_id_maps(pid, prepared.spec.ids); !r) return r;
+  auto userns = open_userns(pid);
+  if (!userns) return std::unexpected(userns.error());
+  std::vector<UniqueFd> trees;
+  std::vector<int> fds;
+  for (const std::string& lower : prepared.lowers) {
+    auto tree = open_idmapped_tree(lower, userns->get());
+    if (!tree) return std::unexpected(tree.error());
+    fds.push_back(tree->get());
+    trees.push_back(std::move(*tree));
+  }
+  SyncMessage go{};
+  go.kind = SyncMessage::Kind::kGo;
+  go.from = SyncMessage::From::kParent;
+  if (int err = send_sync(sync_fd, go, fds.data(), static_cast<int>(fds.size()))) {
+    return sys_error("sendmsg", "go to sandbox child", err);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<RunResult> run_sandbox(const SandboxSpec& input) {
+  const int64_t started = now_us();
+  Prepared prepared;
+  if (auto r = prepare(input, prepared); !r) return std::unexpected(r.error());
+
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
+    return sys_error("socketpair", "AF_UNIX SOCK_SEQPACKET");
+  }
+  UniqueFd sync(pair[0]);
+  UniqueFd child_end(pair[1]);
+  prepared.child.sync_fd = child_end.get();
+
+  ForwardedSignals signals;
+  if (signals.fd() < 0) return sys_error("signalfd", "SIGINT SIGTERM SIGHUP SIGQUIT");
+
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = kNamespaces | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  long pid = syscall(SYS_clone3, &args, sizeof args);
+  if (pid < 0) return sys_error("clone3", "CLONE_NEWUSER|NEWNS|NEWPID|NEWNET|NEWUTS|NEWIPC|NEWCGROUP");
+  if (pid == 0) {
+    sync.reset();
+    run_sandbox_child(prepared.child);
+  }
+  SandboxProcess init(static_cast<pid_t>(pid), pidfd);
+  child_end.reset();
+
+  if (auto r = release_child(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
+
+  RunResult result;
+  std::optional<Error> setup_failure;
+  bool workload_ended = false;
+  auto take_message = [&](const SyncMessage& message) {
+    if (message.kind == SyncMessage::Kind::kWorkloadExit) {
+      workload_ended = true;
+      result.exit_code = message.exit_code;
+      result.term_signal = message.term_signal;
+    } else if (message.kind == SyncMessage::Kind::kFailure && !setup_failure && !result.start_failure) {
+      if (message.from == SyncMessage::From::kWorkload &&
+          std::strcmp(message.error.step, "execve") == 0) {
+        result.start_failure = std::string(message.error.step) + "(" + message.error.detail + ")";
+        result.start_errno = message.error.err;
+        result.start_failed_at_exec = true;
+      } else {
+        setup_failure = error_from_child(message.error);
+      }
+    }
+  };
+
+  const int64_t deadline =
+      input.timeout ? started + std::chrono::duration_cast<std::chrono::microseconds>(*input.timeout).count()
+                    : INT64_MAX;
+  bool sync_open = true;
+  for (;;) {
+    pollfd fds[3] = {{init.pidfd(), POLLIN, 0}, {signals.fd(), POLLIN, 0}, {sync_open ? sync.get() : -1, POLLIN, 0}};
+    int timeout_ms = -1;
+    if (deadline != INT64_MAX && !result.timed_out) {
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, (deadline - now_us() + 999) / 1000));
+    }
+    int ready = poll(fds, 3, timeout_ms);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      return sys_error("poll", "sandbox events");
+    }
+    if (ready == 0) {
+      result.timed_out = true;
+      init.kill();  // pid 1 dying takes every process of the namespace with it
+      continue;
+    }
+    if (fds[2].revents != 0) {
+      SyncMessage message{};
+      long n = recv_sync(sync.get(), &message);
+      if (n > 0) take_message(message);
+      else sync_open = false;
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (read(signals.fd(), &info, sizeof info) == sizeof info) {
+        pidfd_signal(init.pidfd(), static_cast<int>(info.ssi_signo));
+      }
+    }
+    if (fds[0].revents & POLLIN) break;
+  }
+
+  rusage usage{};
+  auto reaped = init.reap(&usage);
+  if (!reaped) return std::unexpected(reaped.error());
+  // Messages sent just before init exited.
+  for (SyncMessage message{}; sync_open && recv_sync(sync.get(), &message, nullptr, nullptr, true) > 0;) {
+    take_message(message);
+  }
+  if (setup_failure) return std::unexpected(*setup_failure);
+  if (!workload_ended && !result.timed_out) {
+    // Init died without reporting: a kill from outside or a runtime bug; report its status.
+    if (reaped->si_code == CLD_EXITED) result.exit_code = reaped->si_status;
+    else result.term_signal = reaped->si_status;
+  }
+  result.duration = std::chrono::microseconds(now_us() - started);
+  result.cpu_user = to_us(usage.ru_utime);
+  result.cpu_system = to_us(usage.ru_stime);
+  result.peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  return result;
+}
+
+}  // namespace hutch

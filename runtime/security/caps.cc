@@ -1,0 +1,50 @@
+#include "runtime/security/caps.h"
+
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <sys/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace hutch {
+
+int last_capability() { return static_cast<int>(cap_max_bits()) - 1; }
+
+int drop_bounding_and_lock_securebits(int last_cap, const char** failed_step) {
+  // NOROOT: uid 0 gains nothing at execve; NO_SETUID_FIXUP: setuid neither grants nor keeps;
+  // each flag locked so the workload cannot undo it.
+  constexpr unsigned long kSecurebits =
+      SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+      SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+  if (prctl(PR_SET_SECUREBITS, kSecurebits, 0, 0, 0) != 0) {
+    *failed_step = "prctl(PR_SET_SECUREBITS)";
+    return errno;
+  }
+  for (int cap = 0; cap <= last_cap; ++cap) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      *failed_step = "prctl(PR_CAPBSET_DROP)";
+      return errno;
+    }
+  }
+  return 0;
+}
+
+int clear_capabilities(const char** failed_step) {
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
+    *failed_step = "prctl(PR_CAP_AMBIENT_CLEAR_ALL)";
+    return errno;
+  }
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capset, &header, data) != 0) {
+    *failed_step = "capset(all empty)";
+    return errno;
+  }
+  return 0;
+}
+
+}  // namespace hutch

@@ -1,0 +1,63 @@
+// What a sandbox is asked to be (SandboxSpec) and what its workload did (RunResult).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/security/seccomp.h"
+
+namespace hutch {
+
+// Host ids that the sandbox's ids 0..count-1 map to. Never includes host id 0.
+struct IdMap {
+  uint32_t host_base = 1'000'000'000;
+  uint32_t count = 65536;
+};
+
+struct BindMount {
+  std::string source;  // host path
+  std::string target;  // absolute path inside the sandbox
+  bool read_only = true;
+};
+
+enum class NetMode { kNone, kLoopback };
+
+struct SandboxSpec {
+  // Read-only lower directories, topmost first; empty means the embedded host rootfs.
+  std::vector<std::string> lower_dirs;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // complete environment, "K=V"
+  std::string workdir = "/";
+  std::string hostname = "hutch";
+  NetMode net = NetMode::kLoopback;
+  std::vector<BindMount> binds;
+  uid_t uid = 0;  // inside the sandbox
+  gid_t gid = 0;
+  IdMap ids;
+  uint64_t disk_bytes = 1ull << 30;  // cap of the writable upper layer and of /tmp
+  std::optional<std::chrono::milliseconds> timeout;
+  std::string state_dir = "/var/lib/hutch";
+  SeccompProgram seccomp;
+};
+
+// What the workload did. Runtime failures are an Error instead, never a RunResult.
+struct RunResult {
+  int exit_code = 0;       // the workload's exit status, or 0 when it was killed
+  int term_signal = 0;     // the signal that killed the workload, 0 if it exited
+  bool timed_out = false;  // hutch killed the sandbox because the timeout fired
+  // The workload never started: which pre-exec step failed inside the sandbox, and errno.
+  std::optional<std::string> start_failure;
+  int start_errno = 0;
+  bool start_failed_at_exec = false;  // the failing step was execve itself (126/127 territory)
+  std::chrono::microseconds duration{0};
+  std::chrono::microseconds cpu_user{0};
+  std::chrono::microseconds cpu_system{0};
+  uint64_t peak_rss_bytes = 0;  // largest resident set of any reaped process
+};
+
+}  // namespace hutch

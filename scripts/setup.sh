@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every build, test and benchmark dependency (Debian packages only) and builds hutch.
+# Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
+  libcli11-dev
+  python3 busybox-static
+  bubblewrap crun runc util-linux
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir=${HUTCH_BUILD_DIR:-build}
+build_type=${HUTCH_BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" ${HUTCH_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"

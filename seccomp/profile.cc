@@ -1,0 +1,87 @@
+#include "seccomp/profile.h"
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+extern const char kDefaultSeccompProfile[];
+
+namespace hutch {
+namespace {
+
+using nlohmann::json;
+
+struct ErrnoName {
+  const char* name;
+  int value;
+};
+constexpr ErrnoName kErrnoNames[] = {{"EPERM", EPERM},   {"ENOSYS", ENOSYS}, {"EACCES", EACCES},
+                                     {"EINVAL", EINVAL}, {"ENOENT", ENOENT}, {"EAFNOSUPPORT", EAFNOSUPPORT}};
+
+int errno_from_name(const std::string& name) {
+  for (const ErrnoName& entry : kErrnoNames) {
+    if (name == entry.name) return entry.value;
+  }
+  throw std::invalid_argument("unknown errno name \"" + name + "\"");
+}
+
+// Numbers are JSON integers or strings ("0x5412", "10") so masks read as hex.
+uint64_t number(const json& value) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  const std::string text = value.get<std::string>();
+  size_t used = 0;
+  uint64_t parsed = std::stoull(text, &used, 0);
+  if (used != text.size()) throw std::invalid_argument("not a number: \"" + text + "\"");
+  return parsed;
+}
+
+ConditionalRule conditional(const json& entry) {
+  ConditionalRule rule;
+  rule.syscall = entry.at("syscall").get<std::string>();
+  for (const json& arg : entry.at("args")) {
+    ArgCompare cmp;
+    cmp.index = arg.at("index").get<unsigned>();
+    const std::string op = arg.at("op").get<std::string>();
+    if (op == "eq") {
+      cmp.op = CompareOp::kEq;
+    } else if (op == "masked_eq") {
+      cmp.op = CompareOp::kMaskedEq;
+      cmp.mask = number(arg.at("mask"));
+    } else {
+      throw std::invalid_argument(rule.syscall + ": unknown op \"" + op + "\"");
+    }
+    cmp.value = number(arg.at("value"));
+    rule.args.push_back(cmp);
+  }
+  if (rule.args.empty()) throw std::invalid_argument(rule.syscall + ": a conditional rule needs args");
+  if (entry.contains("errno")) rule.errno_value = errno_from_name(entry.at("errno").get<std::string>());
+  return rule;
+}
+
+}  // namespace
+
+Result<SeccompPolicy> parse_seccomp_profile(std::string_view text) {
+  try {
+    const json doc = json::parse(text);
+    SeccompPolicy policy;
+    policy.default_errno = errno_from_name(doc.at("default_errno").get<std::string>());
+    policy.allow = doc.value("allow", std::vector<std::string>{});
+    for (const json& entry : doc.value("allow_if", json::array())) policy.allow_if.push_back(conditional(entry));
+    for (const json& entry : doc.value("errno", json::array())) {
+      policy.errno_rules.push_back({entry.at("syscalls").get<std::vector<std::string>>(),
+                                    errno_from_name(entry.at("errno").get<std::string>())});
+    }
+    policy.deny = doc.value("deny", std::vector<std::string>{});
+    for (const json& entry : doc.value("deny_if", json::array())) {
+      ConditionalRule rule = conditional(entry);
+      if (rule.errno_value == 0) throw std::invalid_argument(rule.syscall + ": deny_if needs errno");
+      policy.deny_if.push_back(std::move(rule));
+    }
+    return policy;
+  } catch (const std::exception& e) {
+    return plain_error("seccomp profile", e.what());
+  }
+}
+
+std::string_view default_seccomp_profile() { return kDefaultSeccompProfile; }
+
+}  // namespace hutch

@@ -1,0 +1,16 @@
+// The seccomp profile format (default.json) parsed into the runtime's SeccompPolicy.
+#pragma once
+
+#include <string_view>
+
+#include "runtime/error.h"
+#include "runtime/security/seccomp.h"
+
+namespace hutch {
+
+Result<SeccompPolicy> parse_seccomp_profile(std::string_view json);
+
+// The profile built into the binary (seccomp/default.json).
+std::string_view default_seccomp_profile();
+
+}  // namespace hutch
