@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "runtime/features.h"
 #include "runtime/sandbox.h"
+#include "seccomp/default_program.h"
 #include "seccomp/profile.h"
 
 namespace hutch::cli {
@@ -102,13 +103,13 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   if (!disk) return std::unexpected(disk.error());
   spec.disk_bytes = *disk;
 
-  std::string profile_text(default_seccomp_profile());
-  if (!options.seccomp_profile.empty()) {
-    auto text = read_file(options.seccomp_profile);
-    if (!text) return std::unexpected(text.error());
-    profile_text = std::move(*text);
+  if (options.seccomp_profile.empty()) {
+    spec.seccomp = default_seccomp_program();
+    return spec;
   }
-  auto policy = parse_seccomp_profile(profile_text);
+  auto text = read_file(options.seccomp_profile);
+  if (!text) return std::unexpected(text.error());
+  auto policy = parse_seccomp_profile(*text);
   if (!policy) return std::unexpected(policy.error());
   auto program = compile_seccomp(*policy);
   if (!program) return std::unexpected(program.error());

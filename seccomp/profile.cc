@@ -3,8 +3,6 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
-extern const char kDefaultSeccompProfile[];
-
 namespace hutch {
 namespace {
 
@@ -81,7 +79,5 @@ Result<SeccompPolicy> parse_seccomp_profile(std::string_view text) {
     return plain_error("seccomp profile", e.what());
   }
 }
-
-std::string_view default_seccomp_profile() { return kDefaultSeccompProfile; }
 
 }  // namespace hutch

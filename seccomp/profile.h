@@ -10,7 +10,4 @@ namespace hutch {
 
 Result<SeccompPolicy> parse_seccomp_profile(std::string_view json);
 
-// The profile built into the binary (seccomp/default.json).
-std::string_view default_seccomp_profile();
-
 }  // namespace hutch

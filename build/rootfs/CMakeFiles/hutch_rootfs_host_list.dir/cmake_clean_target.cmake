@@ -1,3 +1,0 @@
-file(REMOVE_RECURSE
-  "libhutch_rootfs_host_list.a"
-)

@@ -1,3 +1,0 @@
-file(REMOVE_RECURSE
-  "libhutch_seccomp_profile.a"
-)
