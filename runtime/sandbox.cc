@@ -117,7 +117,8 @@ Error error_from_child(const ChildError& error) {
 
 struct Prepared {
   SandboxSpec spec;  // with canonical paths
-  std::vector<std::string> lowers;
+  bool host_rootfs = false;         // the skeleton tops the lowers
+  std::vector<std::string> lowers;  // host directories, topmost first
   MountPlan mounts;
   ChildPlan child;
   std::vector<std::string> path_dirs;
@@ -133,12 +134,9 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
                                      std::to_string(spec.gid) + " is outside the mapped range 0.." +
                                      std::to_string(spec.ids.count - 1));
   }
-  std::vector<SkeletonEntry> skeleton;
-  if (spec.lower_dirs.empty()) {
-    auto planned = plan_this_host_skeleton();
-    if (!planned) return std::unexpected(planned.error());
-    skeleton = std::move(*planned);
-    out.lowers = {"/"};
+  out.host_rootfs = spec.lower_dirs.empty();
+  if (out.host_rootfs) {
+    out.lowers = {"/"};  // below the skeleton, which the parent builds after clone3
   } else {
     for (const std::string& dir : spec.lower_dirs) {
       auto canonical = canonical_dir(dir, "rootfs");
@@ -146,13 +144,14 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
       out.lowers.push_back(*canonical);
     }
   }
-  if (out.lowers.size() > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
+  const size_t lower_count = out.lowers.size() + (out.host_rootfs ? 1 : 0);
+  if (lower_count > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
   for (BindMount& bind : spec.binds) {
     auto canonical = canonical_dir(bind.source, "bind source");
     if (!canonical) return std::unexpected(canonical.error());
     bind.source = *canonical;
   }
-  auto mounts = build_mount_plan(spec, out.lowers.size(), std::move(skeleton));
+  auto mounts = build_mount_plan(spec, lower_count);
   if (!mounts) return std::unexpected(mounts.error());
   out.mounts = std::move(*mounts);
 
@@ -185,24 +184,42 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
   return {};
 }
 
-// Parent side of the handshake: id maps, then the idmapped lower trees, then "go".
-Result<void> release_child(const Prepared& prepared, pid_t pid, int sync_fd) {
+// Parent side of the handshake, part one: the id maps, so the child can go on as root of its
+// namespace.
+Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
   if (auto r = write_id_maps(pid, prepared.spec.ids); !r) return r;
+  SyncMessage ready{};
+  ready.kind = SyncMessage::Kind::kMapsReady;
+  ready.from = SyncMessage::From::kParent;
+  if (int err = send_sync(sync_fd, ready)) return sys_error("sendmsg", "maps ready to sandbox child", err);
+  return {};
+}
+
+// Part two, while the child sets up its staging area: the lower trees. Idmapped through the
+// child's user namespace, host root's files appear as the sandbox root's.
+Result<void> send_layers(const Prepared& prepared, pid_t pid, int sync_fd) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
-  std::vector<int> fds;
+  if (prepared.host_rootfs) {
+    auto entries = plan_this_host_skeleton();
+    if (!entries) return std::unexpected(entries.error());
+    auto skeleton = build_skeleton_mount(*entries, prepared.spec.ids.host_base);
+    if (!skeleton) return std::unexpected(skeleton.error());
+    trees.push_back(std::move(*skeleton));
+  }
   for (const std::string& lower : prepared.lowers) {
     auto tree = open_idmapped_tree(lower, userns->get());
     if (!tree) return std::unexpected(tree.error());
-    fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
   }
-  SyncMessage go{};
-  go.kind = SyncMessage::Kind::kGo;
-  go.from = SyncMessage::From::kParent;
-  if (int err = send_sync(sync_fd, go, fds.data(), static_cast<int>(fds.size()))) {
-    return sys_error("sendmsg", "go to sandbox child", err);
+  std::vector<int> fds;
+  for (const UniqueFd& tree : trees) fds.push_back(tree.get());
+  SyncMessage layers{};
+  layers.kind = SyncMessage::Kind::kLayers;
+  layers.from = SyncMessage::From::kParent;
+  if (int err = send_sync(sync_fd, layers, fds.data(), static_cast<int>(fds.size()))) {
+    return sys_error("sendmsg", "lower layers to sandbox child", err);
   }
   return {};
 }
@@ -239,7 +256,8 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   SandboxProcess init(static_cast<pid_t>(pid), pidfd);
   child_end.reset();
 
-  if (auto r = release_child(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
+  if (auto r = write_maps(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
+  if (auto r = send_layers(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
 
   RunResult result;
   std::optional<Error> setup_failure;

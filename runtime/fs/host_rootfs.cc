@@ -1,6 +1,11 @@
 #include "runtime/fs/host_rootfs.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 
 #include <algorithm>
 #include <map>
@@ -89,6 +94,48 @@ Result<std::vector<SkeletonEntry>> plan_this_host_skeleton() {
   static const auto rules = parse_host_rootfs_list(kHostRootfsList);
   if (!rules) return std::unexpected(rules.error());
   return plan_host_skeleton(*rules, list_host_dir);
+}
+
+Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries, uid_t owner) {
+  UniqueFd context(fsopen("tmpfs", FSOPEN_CLOEXEC));
+  if (!context) return sys_error("fsopen", "tmpfs (skeleton)");
+  const std::string id = std::to_string(owner);
+  for (auto [key, value] : {std::pair{"mode", "0755"}, {"size", "1m"}, {"uid", id.c_str()},
+                            {"gid", id.c_str()}}) {
+    if (fsconfig(context.get(), FSCONFIG_SET_STRING, key, value, 0) != 0) {
+      return sys_error("fsconfig", std::string("tmpfs ") + key + "=" + value);
+    }
+  }
+  if (fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    return sys_error("fsconfig", "FSCONFIG_CMD_CREATE tmpfs (skeleton)");
+  }
+  UniqueFd root(fsmount(context.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+  if (!root) return sys_error("fsmount", "tmpfs (skeleton)");
+
+  for (const SkeletonEntry& entry : entries) {
+    const char* path = entry.path.c_str() + 1;  // relative to the tmpfs root
+    if (entry.kind == SkeletonEntry::Kind::kWhiteout) {
+      // Overlayfs reads a 0/0 character device in a lower layer as "deleted here".
+      if (mknodat(root.get(), path, S_IFCHR | 0, makedev(0, 0)) != 0) return sys_error("mknodat", entry.path);
+      continue;
+    }
+    if (mkdirat(root.get(), path, entry.mode) != 0) return sys_error("mkdirat", entry.path);
+    if (fchmodat(root.get(), path, entry.mode, 0) != 0) return sys_error("fchmodat", entry.path);
+    if (fchownat(root.get(), path, owner, owner, AT_SYMLINK_NOFOLLOW) != 0) return sys_error("fchownat", entry.path);
+    if (entry.kind == SkeletonEntry::Kind::kOpaqueDir) {
+      UniqueFd dir(openat(root.get(), path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      // The sandbox mounts its overlay with "userxattr", so overlayfs reads user.overlay.*.
+      if (!dir || fsetxattr(dir.get(), "user.overlay.opaque", "y", 1, 0) != 0) {
+        return sys_error("fsetxattr", "user.overlay.opaque on " + entry.path);
+      }
+    }
+  }
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_RDONLY;
+  if (mount_setattr(root.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+    return sys_error("mount_setattr", "MOUNT_ATTR_RDONLY on the skeleton");
+  }
+  return root;
 }
 
 }  // namespace hutch

@@ -1,8 +1,9 @@
 // The embedded default rootfs "host": the host's own /usr and libraries plus harmless parts of
 // /etc, read-only, with everything else hidden. A small "skeleton" lower layer of whiteouts and
-// opaque directories sits above the host's root in the overlay. The child builds it in its
-// staging tmpfs: overlayfs refuses a lower layer inside another (the skeleton cannot live on
-// the host's root filesystem), and a per-sandbox skeleton leaves nothing on the host.
+// opaque directories sits above the host's root in the overlay. The parent builds it on a
+// detached tmpfs while the child sets up its namespaces: overlayfs refuses a lower layer inside
+// another (so it cannot live on the host's root filesystem), and a detached mount leaves
+// nothing on the host.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/unique_fd.h"
 
 namespace hutch {
 
@@ -44,5 +46,9 @@ std::vector<SkeletonEntry> plan_host_skeleton(const std::vector<HostRootfsRule>&
 
 // The skeleton for this host as it is now, from the embedded rootfs/host.list.
 Result<std::vector<SkeletonEntry>> plan_this_host_skeleton();
+
+// A detached, read-only tmpfs holding `entries`, its directories owned by `owner` (the host id
+// of the sandbox's root). Opaque directories need user xattrs on tmpfs (Linux 6.6).
+Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries, uid_t owner);
 
 }  // namespace hutch

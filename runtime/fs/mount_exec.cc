@@ -4,8 +4,6 @@
 #include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -236,29 +234,6 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
   return fail(error, "mount plan", "unknown step", EINVAL);
 }
 
-// The skeleton layer, in the staging tmpfs. Whiteouts (0/0 character devices) need no
-// CAP_MKNOD since Linux 5.8; user.* xattrs on tmpfs need Linux 6.6.
-bool create_skeleton(const MountPlan& plan, ChildError* error) {
-  if (plan.skeleton.empty()) return true;
-  if (mkdir("/skel", 0755) != 0) return fail(error, "mkdir", "/skel");
-  for (const SkeletonEntry& entry : plan.skeleton) {
-    char path[PATH_MAX] = "/skel";
-    append_cstr(path, sizeof path, entry.path.c_str());
-    if (entry.kind == SkeletonEntry::Kind::kWhiteout) {
-      if (mknod(path, S_IFCHR | 0, makedev(0, 0)) != 0) return fail(error, "mknod(whiteout)", path);
-      continue;
-    }
-    if (mkdir(path, entry.mode) != 0) return fail(error, "mkdir", path);
-    if (chmod(path, entry.mode) != 0) return fail(error, "chmod", path);
-    // Mounted with "userxattr" inside the user namespace, overlayfs reads user.overlay.*.
-    if (entry.kind == SkeletonEntry::Kind::kOpaqueDir &&
-        setxattr(path, "user.overlay.opaque", "y", 1, 0) != 0) {
-      return fail(error, "setxattr(user.overlay.opaque)", path);
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 bool enter_staging(const MountPlan& plan, ChildError* error) {
@@ -283,7 +258,6 @@ bool enter_staging(const MountPlan& plan, ChildError* error) {
 }
 
 bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError* error) {
-  if (!create_skeleton(plan, error)) return false;
   for (size_t i = 0; i < plan.lower_count; ++i) {
     char dir[32] = "/lower";
     char index[24];

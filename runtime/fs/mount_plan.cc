@@ -69,8 +69,7 @@ std::string generate_hosts(const std::string& hostname) {
          hostname + "\n";
 }
 
-Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count,
-                                   std::vector<SkeletonEntry> skeleton) {
+Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) {
   if (lower_count == 0) return plain_error("mount plan", "no lower layer");
   if (!is_normal_absolute(spec.workdir)) {
     return plain_error("mount plan", "workdir \"" + spec.workdir + "\" is not a normalized absolute path");
@@ -78,8 +77,7 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count,
   MountPlan plan;
   plan.lower_count = lower_count;
   plan.staging_bytes = spec.disk_bytes;
-  plan.skeleton = std::move(skeleton);
-  plan.overlay_options = plan.skeleton.empty() ? "lowerdir=" : "lowerdir=/skel:";
+  plan.overlay_options = "lowerdir=";
   for (size_t i = 0; i < lower_count; ++i) {
     plan.overlay_options += (i ? ":/lower" : "/lower") + std::to_string(i);
   }

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "runtime/error.h"
-#include "runtime/fs/host_rootfs.h"
 #include "runtime/spec.h"
 
 namespace hutch {
@@ -42,15 +41,13 @@ struct MountOp {
 struct MountPlan {
   std::string overlay_options;  // lowerdir=...,upperdir=...,workdir=... inside the staging area
   size_t lower_count = 0;
-  std::vector<SkeletonEntry> skeleton;  // built at /skel as the topmost lower layer, if any
   unsigned long long staging_bytes = 0;
   std::vector<MountOp> ops;
 };
 
-// Pure. `lower_count` idmapped lower trees will be attached at /lower0.. in the staging area,
-// below `skeleton` when it is not empty. Bind sources must already be canonical host paths.
-Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count,
-                                   std::vector<SkeletonEntry> skeleton = {});
+// Pure. `lower_count` lower trees (topmost first) will be attached at /lower0.. in the staging
+// area. Bind sources must already be canonical host paths.
+Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count);
 
 // The generated /etc files, pure so tests can read them.
 std::string generate_passwd(uid_t uid, gid_t gid);

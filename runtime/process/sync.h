@@ -9,8 +9,9 @@ namespace hutch {
 
 struct SyncMessage {
   enum class Kind : uint32_t {
-    kGo = 1,        // parent -> child: id maps written; carries the idmapped lower trees
-    kFailure,       // child -> parent: a step failed (error)
+    kMapsReady = 1,  // parent -> child: the id maps are written
+    kLayers,         // parent -> child: carries the lower trees, topmost first
+    kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,  // init -> parent: the workload ended (exit_code or term_signal)
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
