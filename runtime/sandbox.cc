@@ -117,8 +117,8 @@ Error error_from_child(const ChildError& error) {
 
 struct Prepared {
   SandboxSpec spec;  // with canonical paths
-  bool host_rootfs = false;         // the skeleton tops the lowers
-  std::vector<std::string> lowers;  // host directories, topmost first
+  UniqueFd skeleton;                // the host rootfs's skeleton layer, topmost
+  std::vector<std::string> lowers;  // host directories, below the skeleton
   MountPlan mounts;
   ChildPlan child;
   std::vector<std::string> path_dirs;
@@ -134,9 +134,15 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
                                      std::to_string(spec.gid) + " is outside the mapped range 0.." +
                                      std::to_string(spec.ids.count - 1));
   }
-  out.host_rootfs = spec.lower_dirs.empty();
-  if (out.host_rootfs) {
-    out.lowers = {"/"};  // below the skeleton, which the parent builds after clone3
+  if (spec.lower_dirs.empty()) {
+    // Built before clone3: afterwards every page the parent writes would be a copy-on-write
+    // fault while the child runs.
+    auto entries = plan_this_host_skeleton();
+    if (!entries) return std::unexpected(entries.error());
+    auto skeleton = build_skeleton_mount(*entries, spec.ids.host_base);
+    if (!skeleton) return std::unexpected(skeleton.error());
+    out.skeleton = std::move(*skeleton);
+    out.lowers = {"/"};
   } else {
     for (const std::string& dir : spec.lower_dirs) {
       auto canonical = canonical_dir(dir, "rootfs");
@@ -144,7 +150,7 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
       out.lowers.push_back(*canonical);
     }
   }
-  const size_t lower_count = out.lowers.size() + (out.host_rootfs ? 1 : 0);
+  const size_t lower_count = out.lowers.size() + (out.skeleton ? 1 : 0);
   if (lower_count > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
   for (BindMount& bind : spec.binds) {
     auto canonical = canonical_dir(bind.source, "bind source");
@@ -201,20 +207,14 @@ Result<void> send_layers(const Prepared& prepared, pid_t pid, int sync_fd) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
-  if (prepared.host_rootfs) {
-    auto entries = plan_this_host_skeleton();
-    if (!entries) return std::unexpected(entries.error());
-    auto skeleton = build_skeleton_mount(*entries, prepared.spec.ids.host_base);
-    if (!skeleton) return std::unexpected(skeleton.error());
-    trees.push_back(std::move(*skeleton));
-  }
+  std::vector<int> fds;
+  if (prepared.skeleton) fds.push_back(prepared.skeleton.get());
   for (const std::string& lower : prepared.lowers) {
     auto tree = open_idmapped_tree(lower, userns->get());
     if (!tree) return std::unexpected(tree.error());
+    fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
   }
-  std::vector<int> fds;
-  for (const UniqueFd& tree : trees) fds.push_back(tree.get());
   SyncMessage layers{};
   layers.kind = SyncMessage::Kind::kLayers;
   layers.from = SyncMessage::From::kParent;
