@@ -196,12 +196,14 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
   run_cmd->add_option("--rootfs", options.rootfs, "\"host\" (embedded default) or a rootfs directory");
   run_cmd->add_option("--timeout", options.timeout, "Kill the whole sandbox after DURATION (30s, 500ms, 2m); exit 124");
-  run_cmd->add_option("--env", options.env, "K=V for the sandbox (repeatable); the host environment is never inherited");
+  run_cmd->add_option("--env", options.env, "K=V for the sandbox (repeatable); the host environment is never inherited")
+      ->allow_extra_args(false);
   run_cmd->add_option("--workdir", options.workdir, "Working directory inside (created if missing)");
   run_cmd->add_option("--hostname", options.hostname, "Hostname inside");
   run_cmd->add_option("--net", options.net, "none | loopback (default: new netns with loopback up)")
       ->check(CLI::IsMember({"none", "loopback"}));
-  run_cmd->add_option("--bind", options.binds, "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)");
+  run_cmd->add_option("--bind", options.binds, "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
+      ->allow_extra_args(false);
   run_cmd->add_option("--uid", options.uid, "User id inside (default 0)");
   run_cmd->add_option("--gid", options.gid, "Group id inside (default 0)");
   run_cmd->add_option("--id-base", options.id_base, "Host id that the sandbox's id 0 maps to");

@@ -79,7 +79,9 @@ std::vector<std::string> sandbox_environment(const std::vector<std::string>& ove
       "LANG=C.UTF-8",
   };
   for (const std::string& kv : overrides) {
-    std::string_view key = std::string_view(kv).substr(0, kv.find('=') + 1);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;  // not K=V: parse_env refuses it earlier
+    std::string_view key = std::string_view(kv).substr(0, eq + 1);
     std::erase_if(env, [&](const std::string& existing) { return existing.starts_with(key); });
     env.push_back(kv);
   }

@@ -25,7 +25,8 @@ Result<BindMount> parse_bind(std::string_view text);
 // "K=V" with a POSIX-ish name ([A-Za-z_][A-Za-z0-9_]*) and no NUL.
 Result<std::string> parse_env(std::string_view text);
 
-// The default environment plus `overrides` (later wins); never the host's environment.
+// The default environment plus `overrides` (later wins; entries that are not K=V are ignored:
+// validate them with parse_env first); never the host's environment.
 std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides, uint32_t uid);
 
 }  // namespace hutch::cli

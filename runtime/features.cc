@@ -66,31 +66,34 @@ int probe_overlay_in_userns() {
 }
 
 int probe_idmapped_mount() {
-  int ready[2];
+  // The child makes a user namespace and waits (EOF on `release`) while the parent maps it and
+  // tries an idmapped mount with it.
+  int ready[2], release[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return errno;
+  if (pipe2(release, O_CLOEXEC) != 0) return errno;
   pid_t pid = fork();
   if (pid < 0) return errno;
   if (pid == 0) {
-    char byte;
-    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
-    if (write(ready[1], "x", 1) != 1) _exit(1);
-    close(ready[1]);
-    // EOF once the parent is done with our namespace and closes its end.
-    if (read(ready[0], &byte, 1) < 0) _exit(1);
+    close(ready[0]);
+    close(release[1]);
+    char byte = unshare(CLONE_NEWUSER) == 0 ? 0 : static_cast<char>(errno);
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    if (read(release[0], &byte, 1) < 0) _exit(1);
     _exit(0);
   }
-  char byte;
-  int err = read(ready[0], &byte, 1) == 1 ? 0 : ECHILD;
+  close(ready[1]);
+  close(release[0]);
+  char byte = 0;
+  int err = read(ready[0], &byte, 1) == 1 ? byte : ECHILD;
   if (err == 0) {
-    IdMap ids;
-    if (auto maps = write_id_maps(pid, ids); !maps) err = maps.error().err;
+    if (auto maps = write_id_maps(pid, IdMap{}); !maps) err = maps.error().err;
   }
   if (err == 0) {
     auto userns = open_userns(pid);
     auto tree = userns ? open_idmapped_tree("/", userns->get()) : std::unexpected(userns.error());
     if (!tree) err = tree.error().err ? tree.error().err : EINVAL;
   }
-  close(ready[1]);
+  close(release[1]);
   close(ready[0]);
   waitpid(pid, nullptr, 0);
   return err;

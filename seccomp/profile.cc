@@ -1,6 +1,7 @@
 #include "seccomp/profile.h"
 
 #include <cerrno>
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 namespace hutch {
@@ -25,10 +26,21 @@ int errno_from_name(const std::string& name) {
 // Numbers are JSON integers or strings ("0x5412", "10") so masks read as hex.
 uint64_t number(const json& value) {
   if (value.is_number_unsigned()) return value.get<uint64_t>();
+  // Only plain decimal or 0x-hex: no sign, no spaces, no octal, so a typo cannot change a
+  // rule's meaning.
   const std::string text = value.get<std::string>();
-  size_t used = 0;
-  uint64_t parsed = std::stoull(text, &used, 0);
-  if (used != text.size()) throw std::invalid_argument("not a number: \"" + text + "\"");
+  const bool hex = text.starts_with("0x") || text.starts_with("0X");
+  const std::string digits = hex ? text.substr(2) : text;
+  const char* allowed = hex ? "0123456789abcdefABCDEF" : "0123456789";
+  if (digits.empty() || digits.find_first_not_of(allowed) != std::string::npos ||
+      (!hex && digits.size() > 1 && digits[0] == '0')) {
+    throw std::invalid_argument("not a decimal or 0x-hex number: \"" + text + "\"");
+  }
+  uint64_t parsed = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed, hex ? 16 : 10);
+  if (ec != std::errc() || end != digits.data() + digits.size()) {
+    throw std::invalid_argument("number out of range: \"" + text + "\"");
+  }
   return parsed;
 }
 

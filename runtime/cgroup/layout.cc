@@ -1,5 +1,6 @@
 #include "runtime/cgroup/layout.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +16,43 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
+// Super options of a v1 cgroup mount that are not controllers (cgroups(7),
+// kernel/cgroup/cgroup-v1.c cgroup1_parse_param). "name=…" and "release_agent=…" are caught by
+// their '='.
+bool is_controller_option(const std::string& option) {
+  static constexpr std::string_view kNotControllers[] = {
+      "rw",          "ro", "none", "all", "noprefix", "clone_children", "xattr", "cpuset_v2_mode",
+      "favordynmods"};
+  if (option.find('=') != std::string::npos) return false;
+  return std::find(std::begin(kNotControllers), std::end(kNotControllers), option) ==
+         std::end(kNotControllers);
+}
+
+// mountinfo(5) escapes space, tab, newline and backslash in paths as \ooo octal.
+std::string unescape_mount_path(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '\\' && i + 3 < path.size()) {
+      const std::string digits = path.substr(i + 1, 3);
+      if (std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '7'; })) {
+        out +=
+            static_cast<char>((digits[0] - '0') * 64 + (digits[1] - '0') * 8 + (digits[2] - '0'));
+        i += 3;
+        continue;
+      }
+    }
+    out += path[i];
+  }
+  return out;
+}
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
 }  // namespace
 
 std::string CgroupLayout::mode() const {
@@ -27,12 +65,14 @@ CgroupLayout parse_cgroup_mounts(const std::string& mountinfo) {
   CgroupLayout layout;
   std::istringstream lines(mountinfo);
   for (std::string line; std::getline(lines, line);) {
-    // mountinfo(5): id parent major:minor root mount_point options [optional...] - fstype source super_options
+    // mountinfo(5): id parent major:minor root mount_point options [optional...] - fstype source
+    // super_options
     size_t dash = line.find(" - ");
     if (dash == std::string::npos) continue;
     std::istringstream head(line.substr(0, dash));
     std::string id, parent, device, root, mount_point;
     head >> id >> parent >> device >> root >> mount_point;
+    mount_point = unescape_mount_path(mount_point);
     std::istringstream tail(line.substr(dash + 3));
     std::string fstype, source, super_options;
     tail >> fstype >> source >> super_options;
@@ -41,10 +81,7 @@ CgroupLayout parse_cgroup_mounts(const std::string& mountinfo) {
     } else if (fstype == "cgroup") {
       CgroupV1Hierarchy hierarchy{mount_point, {}};
       for (const std::string& option : split(super_options, ',')) {
-        if (option != "rw" && option != "ro" && option.find('=') == std::string::npos &&
-            option != "clone_children" && option != "noprefix" && option != "xattr") {
-          hierarchy.controllers.push_back(option);
-        }
+        if (is_controller_option(option)) hierarchy.controllers.push_back(option);
       }
       if (!hierarchy.controllers.empty()) layout.v1.push_back(std::move(hierarchy));
     }
@@ -59,12 +96,53 @@ Result<CgroupLayout> read_cgroup_layout() {
   text << mountinfo.rdbuf();
   CgroupLayout layout = parse_cgroup_mounts(text.str());
   if (!layout.v2_mount.empty()) {
-    std::ifstream controllers(layout.v2_mount + "/cgroup.controllers");
-    std::string line;
-    std::getline(controllers, line);
-    layout.v2_controllers = split(line, ' ');
+    layout.v2_controllers = split(read_first_line(layout.v2_mount + "/cgroup.controllers"), ' ');
+    layout.v2_subtree_control =
+        split(read_first_line(layout.v2_mount + "/cgroup.subtree_control"), ' ');
   }
   return layout;
+}
+
+std::vector<CgroupMembership> parse_proc_cgroup(const std::string& text) {
+  std::vector<CgroupMembership> memberships;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    size_t first = line.find(':');
+    size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    CgroupMembership membership;
+    membership.v2 = line.substr(0, first) == "0";
+    for (const std::string& c : split(line.substr(first + 1, second - first - 1), ',')) {
+      if (is_controller_option(c)) membership.controllers.push_back(c);
+    }
+    membership.path = line.substr(second + 1);
+    memberships.push_back(std::move(membership));
+  }
+  return memberships;
+}
+
+Result<std::vector<CgroupMembership>> read_proc_cgroups(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return sys_error("open", path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_proc_cgroup(text.str());
+}
+
+Result<std::vector<CgroupMembership>> read_own_cgroups() {
+  return read_proc_cgroups("/proc/self/cgroup");
+}
+
+std::string cgroup_path_in(const std::vector<CgroupMembership>& memberships, bool v2,
+                           const std::vector<std::string>& controllers) {
+  std::vector<std::string> wanted = controllers;
+  std::sort(wanted.begin(), wanted.end());
+  for (const CgroupMembership& m : memberships) {
+    std::vector<std::string> have = m.controllers;
+    std::sort(have.begin(), have.end());
+    if (v2 ? m.v2 : (!m.v2 && !have.empty() && have == wanted)) return m.path;
+  }
+  return "";
 }
 
 }  // namespace hutch

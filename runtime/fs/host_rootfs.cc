@@ -56,6 +56,19 @@ Result<std::vector<HostRootfsRule>> parse_host_rootfs_list(std::string_view text
       return plain_error("host rootfs list", where + "expected \"show PATH\" or \"empty PATH MODE\"");
     }
   }
+  // A rule inside a shown or emptied directory would silently hide more than it says.
+  for (const HostRootfsRule& outer : rules) {
+    for (const HostRootfsRule& inner : rules) {
+      if (&outer == &inner) continue;
+      if (outer.path == inner.path) {
+        return plain_error("host rootfs list", "\"" + inner.path + "\" appears twice");
+      }
+      if (inner.path.starts_with(outer.path + "/")) {
+        return plain_error("host rootfs list", "\"" + inner.path + "\" lies inside \"" +
+                                                   outer.path + "\", which a rule already covers");
+      }
+    }
+  }
   return rules;
 }
 

@@ -1,7 +1,5 @@
 #include "runtime/fs/paths.h"
 
-#include <sys/stat.h>
-
 namespace hutch {
 
 bool is_normal_absolute(std::string_view path) {
@@ -32,15 +30,6 @@ std::string join_path(std::string_view base, std::string_view relative) {
   joined += relative;
   if (joined.size() > 1 && joined.back() == '/') joined.pop_back();
   return joined;
-}
-
-Result<void> make_dirs(const std::string& path, mode_t mode) {
-  for (size_t slash = 1; slash != std::string::npos;) {
-    slash = path.find('/', slash + 1);
-    const std::string prefix = path.substr(0, slash);
-    if (mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return sys_error("mkdir", prefix);
-  }
-  return {};
 }
 
 }  // namespace hutch

@@ -1,4 +1,4 @@
-// Path strings: validation and joining, no filesystem access (except make_dirs).
+// Path strings: validation and joining, no filesystem access.
 #pragma once
 
 #include <sys/types.h>
@@ -18,8 +18,5 @@ std::string parent_path(std::string_view path);
 
 // join_path("/a", "b") -> "/a/b"; join_path("/", "b") -> "/b"; join_path("/r", "/x") -> "/r/x".
 std::string join_path(std::string_view base, std::string_view relative);
-
-// mkdir -p; existing directories are fine.
-Result<void> make_dirs(const std::string& path, mode_t mode);
 
 }  // namespace hutch

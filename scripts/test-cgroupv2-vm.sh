@@ -1,0 +1,440 @@
+#!/usr/bin/env bash
+# Runs test binaries inside a real pure cgroup-v2 kernel: Debian's cloud kernel under qemu (TCG).
+#
+#   scripts/test-cgroupv2-vm.sh TEST_BINARY [TEST_BINARY...]
+#
+# Production hosts run pure cgroup v2, the development/CI machines hybrid cgroups (see
+# ../shared/PLATFORM.md), so the v2 path of hutch is proven here on a real kernel:
+# - the kernel package (linux-image-cloud-amd64's current dependency) is `apt-get download`ed and
+#   unpacked into a cache, never installed (its hooks would touch the host's /boot);
+# - a throwaway initramfs (busybox-static, overlay.ko, the binaries and their shared libraries) boots
+#   with cgroup2 at /sys/fs/cgroup and +memory +pids +cpu (+io) enabled, HUTCH_MUST_WORK=1 and
+#   HUTCH_IN_VM=1 in the environment, and runs every binary once (gtest ones in brief mode);
+# - the binaries' output is printed, then per-binary results, then the VM wall time and, last, the line
+#     cgroupv2-vm: N passed, M failed
+#   counting individual gtest tests (a non-gtest binary, or a binary that crashed or ended without a
+#   gtest summary, counts as one test).
+# Exit status: 0 all passed; 1 a test failed, a binary left no result, or the VM timed out;
+# 2 usage or setup error (no VM result).
+#
+# Each binary is placed at its own absolute host path in the guest (so paths relative to
+# /proc/self/exe still work) with /tests/<basename> pointing at it (under /dev, /proc or /sys, which
+# the guest mounts over, it is /tests/<basename> itself). Dynamic executables get every `ldd` library
+# at the same path. The guest's / is a bind mount of the initramfs (tmpfs) rootfs, since
+# pivot_root fails on the rootfs itself; /tmp, /run and /dev/shm are tmpfs mounts of their own. The guest has no network and no host filesystem.
+#
+# Environment (all optional):
+#   HUTCH_VM_CACHE        kernel cache dir (default ~/.cache/hutch-vm); the only thing left behind
+#   HUTCH_VM_TIMEOUT      wall-clock budget for the VM in seconds (default 300)
+#   HUTCH_VM_MEMORY       guest memory in MiB (default 1024)
+#   HUTCH_VM_SMP          guest CPUs (default 2)
+#   HUTCH_VM_FILES        extra files/dirs (whitespace-separated) copied to the same absolute path
+#                         in the guest, e.g. "$PWD/build/hutch"; ELF files get their libraries
+#   HUTCH_VM_TEST_ARGS    extra arguments for every binary (split into words), e.g. --gtest_filter=X
+#   HUTCH_VM_TEST_CGROUP  cgroup each binary runs in, as <this>/<name> (default /hutch-vm.slice,
+#                         like a service on a systemd host; "/" runs them in the root cgroup)
+#   HUTCH_VM_MODULES      kernel modules to insmod, with their dependencies (default "overlay")
+#   HUTCH_VM_KERNEL_PKG   kernel package to use instead of linux-image-cloud-amd64's dependency
+#   HUTCH_VM_APPEND       extra kernel command line
+#   HUTCH_VM_LOG          also save the full console log to this file
+#   HUTCH_VM_VERBOSE=1    stream the console live instead of printing each binary's output at the end
+#   HUTCH_VM_STRIP=0      keep debug info in the ELF files copied in (default: objcopy --strip-debug)
+#
+# Needs (Debian): qemu-system-x86 busybox-static cpio (plus apt, dpkg, coreutils, util-linux,
+# gzip, xz-utils/zstd only if the kernel's modules are compressed). No root needed once the kernel
+# is cached; downloading it needs only apt's package lists (root runs `apt-get update` if missing).
+set -euo pipefail
+
+prog=cgroupv2-vm
+say() { printf '%s: %s\n' "$prog" "$*"; }
+die() {
+  printf '%s: error: %s\n' "$prog" "$*" >&2
+  exit 2
+}
+usage() {
+  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+
+(($#)) || usage
+case $1 in -h | --help) usage ;; esac
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+init_template=$here/vm/init.sh
+cache=${HUTCH_VM_CACHE:-${HOME:?}/.cache/hutch-vm}
+budget=${HUTCH_VM_TIMEOUT:-300}
+memory=${HUTCH_VM_MEMORY:-1024}
+smp=${HUTCH_VM_SMP:-2}
+modules=${HUTCH_VM_MODULES-overlay}
+meta_pkg=linux-image-cloud-amd64
+verbose=${HUTCH_VM_VERBOSE:-0}
+strip=${HUTCH_VM_STRIP:-1}
+command -v objcopy >/dev/null || strip=0
+
+[[ $budget =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_TIMEOUT must be a positive number of seconds, not '$budget'"
+[[ $memory =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_MEMORY must be MiB, not '$memory'"
+[[ $smp =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_SMP must be a CPU count, not '$smp'"
+[[ -r $init_template ]] || die "missing $init_template"
+for tool in qemu-system-x86_64 busybox cpio gzip timeout flock dpkg-deb apt-cache apt-get ldd; do
+  command -v "$tool" >/dev/null ||
+    die "'$tool' not found; install: apt-get install --no-install-recommends qemu-system-x86 busybox-static cpio"
+done
+
+# The test binaries: existing executables with distinct base names (the name is the marker key).
+declare -a bins=() names=()
+declare -A seen=()
+for arg; do
+  [[ -f $arg && -x $arg ]] || die "not an executable file: $arg"
+  name=$(basename "$arg")
+  [[ $name =~ ^[A-Za-z0-9._+-]+$ ]] || die "test binary name '$name' has characters other than [A-Za-z0-9._+-]"
+  [[ -z ${seen[$name]:-} ]] || die "two test binaries are named '$name'"
+  seen[$name]=1
+  bins+=("$(realpath "$arg")")
+  names+=("$name")
+done
+
+# --- cleanup: temp dirs and the qemu process go on every exit path ---------------------------------
+declare -a temps=()
+vm_pid=""
+cleanup() {
+  if [[ -n $vm_pid ]]; then
+    # `timeout` forwards the signal to qemu (and SIGKILLs it 5 s later if it lingers).
+    kill -TERM "$vm_pid" 2>/dev/null || true
+    wait "$vm_pid" 2>/dev/null || true
+    vm_pid=""
+  fi
+  if ((${#temps[@]})); then rm -rf "${temps[@]}"; fi
+}
+trap cleanup EXIT
+trap 'echo >&2; say "interrupted" >&2; exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+new_temp() { # new_temp VAR: a fresh temp dir, registered for removal
+  local d
+  d=$(mktemp -d "${TMPDIR:-/tmp}/hutch-vm.XXXXXX")
+  temps+=("$d")
+  printf -v "$1" %s "$d"
+}
+now() { echo "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- kernel: download + unpack once, reuse from the cache ------------------------------------------
+kernel_pkg() {
+  if [[ -n ${HUTCH_VM_KERNEL_PKG:-} ]]; then
+    echo "$HUTCH_VM_KERNEL_PKG"
+    return
+  fi
+  apt-cache depends "$meta_pkg" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }'
+}
+apt_update() {
+  if ((EUID != 0)); then
+    say "apt's package lists look stale or empty, and only root can run apt-get update" >&2
+    return 1
+  fi
+  say "running apt-get update" >&2
+  apt-get update -qq >&2
+}
+newest_cached() {
+  local d best=""
+  for d in "$cache"/linux-image-*/; do
+    [[ -e $d.complete ]] && best=${d%/}
+  done
+  [[ -n $best ]] && echo "$best"
+}
+download_kernel() { # download_kernel PKG DEST: unpack PKG's files into DEST (created)
+  local pkg=$1 dest=$2 dl unpack
+  new_temp dl
+  chmod 755 "$dl"
+  # apt drops to the _apt user for downloads: let it write (else apt warns and downloads as root).
+  if ((EUID == 0)) && id _apt >/dev/null 2>&1; then chown _apt "$dl"; fi
+  (cd "$dl" && apt-get download -q "$pkg" >&2) || return 1
+  unpack=$(mktemp -d "$cache/.unpack.XXXXXX")
+  temps+=("$unpack")
+  dpkg-deb -x "$dl/$pkg"_*.deb "$unpack" || return 1
+  touch "$unpack/.complete"
+  mv -T "$unpack" "$dest"
+  rm -rf "$dl"
+}
+fetch_kernel() { # sets kdir
+  local pkg lock_fd old
+  mkdir -p "$cache"
+  exec {lock_fd}>"$cache/.lock"
+  flock "$lock_fd" # one download at a time; readers wait for a writer
+  pkg=$(kernel_pkg)
+  if [[ -z $pkg ]] && apt_update; then pkg=$(kernel_pkg); fi
+  if [[ -z $pkg ]]; then
+    kdir=$(newest_cached) || die "cannot find the package $meta_pkg depends on (apt-cache depends $meta_pkg)"
+    say "warning: apt-cache knows no $meta_pkg; using the cached $(basename "$kdir")"
+    exec {lock_fd}>&-
+    return
+  fi
+  [[ $pkg =~ ^linux-image-[A-Za-z0-9.+-]+$ ]] || die "unexpected kernel package name '$pkg'"
+  kdir=$cache/$pkg
+  if [[ ! -e $kdir/.complete ]]; then
+    rm -rf "$kdir"
+    local t0
+    t0=$(now)
+    say "downloading and unpacking $pkg into $cache (once)"
+    if ! download_kernel "$pkg" "$kdir"; then
+      # Stale package lists name a version the mirror no longer has: refresh once and retry.
+      if apt_update && pkg=$(kernel_pkg) && [[ -n $pkg ]] && kdir=$cache/$pkg &&
+        { [[ -e $kdir/.complete ]] || download_kernel "$pkg" "$kdir"; }; then
+        :
+      elif kdir=$(newest_cached); then
+        say "warning: could not download $pkg; using the cached $(basename "$kdir")"
+      else
+        die "could not download $pkg (apt-get download $pkg)"
+      fi
+    fi
+    say "kernel ready in $(elapsed "$t0") s"
+    # Older kernels we unpacked are dead weight now.
+    for old in "$cache"/linux-image-*/; do
+      old=${old%/}
+      [[ $old != "$kdir" && -e $old/.complete ]] && rm -rf "$old"
+    done
+  fi
+  exec {lock_fd}>&-
+}
+
+kdir=""
+fetch_kernel
+vmlinuz=$(find "$kdir/boot" -maxdepth 1 -name 'vmlinuz-*' -print -quit)
+[[ -n $vmlinuz ]] || die "no boot/vmlinuz-* in $kdir"
+kver=${vmlinuz##*/vmlinuz-}
+moddir=""
+for d in "$kdir/lib/modules/$kver" "$kdir/usr/lib/modules/$kver"; do
+  [[ -d $d ]] && moddir=$d && break
+done
+[[ -n $moddir || -z $modules ]] || die "no lib/modules/$kver in $kdir"
+
+# --- initramfs: built fresh in a temp dir ------------------------------------------------------------
+build_start=$(now)
+work=""
+new_temp work
+root=$work/root
+mkdir "$root"
+chmod 755 "$root" # the kernel uses the archive's root mode for /; anything else breaks non-root users
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,root,etc/hutch-vm,tests,lib/modules/hutch}
+chmod 1777 "$root/tmp"
+chmod 700 "$root/root"
+
+# copy_with_libs SRC: SRC to the same absolute path in the guest, plus every library `ldd` names.
+copy_with_libs() {
+  local src=$1 lib
+  mkdir -p "$root$(dirname "$src")"
+  # Debug info is most of a test binary's size and only slows the boot: ELF files go in without it.
+  if [[ $strip == 1 && $(head -c4 "$src" | od -An -c | tr -d ' ') == 177ELF ]] &&
+    objcopy --strip-debug "$src" "$root$src" 2>/dev/null; then
+    chmod --reference="$src" "$root$src"
+  else
+    cp -L --preserve=mode "$src" "$root$src"
+  fi
+  # A static executable makes ldd fail ("not a dynamic executable"); nothing more to copy then.
+  local out
+  out=$(LC_ALL=C ldd "$src" 2>/dev/null) || return 0
+  if grep -q 'not found' <<<"$out"; then
+    die "$src needs libraries this host lacks: $(grep 'not found' <<<"$out" | tr -s ' \t\n' ' ')"
+  fi
+  while read -r lib; do
+    [[ -e $root$lib ]] && continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done < <(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }' <<<"$out")
+}
+
+# busybox (busybox-static; a dynamic one works too through copy_with_libs). /init creates the applet
+# links itself (`busybox --install -s`): ~270 symlinks, cheaper in the guest than ~800 forks here.
+busybox=$(command -v busybox)
+copy_with_libs "$busybox"
+[[ $busybox == /bin/busybox ]] || cp -L "$busybox" "$root/bin/busybox"
+ln -s busybox "$root/bin/sh"
+
+install -m 755 "$init_template" "$root/init"
+printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >"$root/etc/passwd"
+printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$root/etc/group"
+echo hutch-vm >"$root/etc/hostname"
+
+# Kernel modules with their dependencies, numbered in load order (dependencies first). The package
+# has no modules.dep (depmod runs at install time), so dependencies come from each module's .modinfo.
+declare -A mod_path=() mod_done=()
+mod_seq=0
+if [[ -n $modules ]]; then
+  while read -r f; do
+    n=${f##*/}
+    n=${n%%.ko*}
+    mod_path[${n//-/_}]=$f
+  done < <(find "$moddir/kernel" -name '*.ko*')
+fi
+add_module() { # add_module NAME
+  local name=${1//-/_} src dep out
+  [[ -z ${mod_done[$name]:-} ]] || return 0
+  mod_done[$name]=1
+  src=${mod_path[$name]:-}
+  [[ -n $src ]] || die "kernel module '$1' is not in $moddir/kernel (built in? then drop it from HUTCH_VM_MODULES)"
+  out=$work/mod-$name.ko
+  case $src in
+    *.ko) cp "$src" "$out" ;;
+    *.ko.xz) xz -dc "$src" >"$out" ;;
+    *.ko.zst) zstd -qdc "$src" >"$out" ;;
+    *.ko.gz) gzip -dc "$src" >"$out" ;;
+    *) die "unknown module format: $src" ;;
+  esac
+  for dep in $(tr '\0' '\n' <"$out" | sed -n 's/^depends=//p' | tr , ' '); do
+    add_module "$dep"
+  done
+  mod_seq=$((mod_seq + 1))
+  mv "$out" "$(printf '%s/lib/modules/hutch/%02d-%s.ko' "$root" "$mod_seq" "$name")"
+}
+for m in $modules; do add_module "$m"; done
+
+# Extra files, then the test binaries (at their own path, /tests/<name> pointing there).
+read -ra extra <<<"${HUTCH_VM_FILES:-}"
+for f in "${extra[@]}"; do
+  [[ -e $f ]] || die "HUTCH_VM_FILES: no such file: $f"
+  f=$(realpath "$f")
+  case $f in /dev/* | /proc/* | /sys/* | /tests/* | /etc/hutch-vm/* | /init)
+    die "HUTCH_VM_FILES: $f would be hidden or clobbered in the guest" ;;
+  esac
+  if [[ -d $f ]]; then
+    mkdir -p "$root$(dirname "$f")"
+    cp -a "$f" "$root$f"
+  else
+    copy_with_libs "$f"
+  fi
+done
+for i in "${!bins[@]}"; do
+  case ${bins[i]} in
+    /dev/* | /proc/* | /sys/* | /tests/*)
+      # The guest mounts over these: the binary lives at /tests/<name> itself.
+      copy_with_libs "${bins[i]}"
+      mv "$root${bins[i]}" "$root/tests/${names[i]}"
+      chmod 755 "$root/tests/${names[i]}"
+      ;;
+    *)
+      copy_with_libs "${bins[i]}"
+      chmod 755 "$root${bins[i]}"
+      ln -s "${bins[i]}" "$root/tests/${names[i]}"
+      ;;
+  esac
+done
+printf '%s\n' "${names[@]}" >"$root/etc/hutch-vm/tests"
+sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; } # single-quoted for sh
+{
+  echo "HUTCH_VM_TEST_ARGS=$(sq "${HUTCH_VM_TEST_ARGS:-}")"
+  echo "HUTCH_VM_TEST_CGROUP=$(sq "${HUTCH_VM_TEST_CGROUP:-/hutch-vm.slice}")"
+} >"$root/etc/hutch-vm/env"
+
+initrd=$work/initramfs.cpio.gz
+(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) | gzip -1 >"$initrd"
+say "initramfs $(du -k "$initrd" | cut -f1) KiB built in $(elapsed "$build_start") s; kernel $kver"
+
+# --- boot ----------------------------------------------------------------------------------------------
+log=$work/console.log
+append="console=ttyS0 panic=-1 quiet${HUTCH_VM_APPEND:+ $HUTCH_VM_APPEND}"
+say "booting (qemu TCG, ${memory} MiB, $smp CPUs, budget ${budget} s)"
+: >"$log"
+vm_start=$(now)
+timeout -k 5 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -m "$memory" -smp "$smp" \
+  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" \
+  </dev/null >"$log" 2>&1 &
+vm_pid=$!
+tail_pid=""
+if [[ $verbose == 1 ]]; then
+  tail -n +1 -f --pid="$vm_pid" "$log" | tr -d '\r' | sed -uE $'s/\e\\[[0-9;?]*[A-Za-z]//g; s/\ec//g' &
+  tail_pid=$!
+fi
+vm_rc=0
+wait "$vm_pid" || vm_rc=$?
+vm_pid=""
+[[ -z $tail_pid ]] || wait "$tail_pid" || true
+vm_time=$(elapsed "$vm_start")
+[[ -z ${HUTCH_VM_LOG:-} ]] || cp "$log" "$HUTCH_VM_LOG"
+
+# --- results ---------------------------------------------------------------------------------------
+# Plain text: no CRs, no terminal escapes (SeaBIOS clears the screen).
+tr -d '\r' <"$log" | sed -E $'s/\e\\[[0-9;?]*[A-Za-z]//g; s/\ec//g' >"$log.txt"
+timed_out=0
+if ((vm_rc == 124 || vm_rc == 137)); then timed_out=1; fi
+problems=0
+print_tail() {
+  echo "----- last 60 console lines -----"
+  tail -n 60 "$log.txt" | awk '{ print }' # ends the last line, even if the guest did not
+  echo "---------------------------------"
+}
+
+total_pass=0 total_fail=0 total_skip=0
+declare -a lines=()
+for name in "${names[@]}"; do
+  # The binary's output: from its BEGIN marker to its RESULT marker (or the end of the log).
+  # Markers may follow output that lacked a final newline: match them at the end of a line.
+  section=$(awk -v b="HUTCH-VM-BEGIN $name" -v r="HUTCH-VM-RESULT $name " '
+    !on && substr($0, length($0) - length(b) + 1) == b { on = 1; next }
+    on && (i = index($0, r)) && substr($0, i + length(r)) ~ /^[0-9]+$/ { exit }
+    on { print }' "$log.txt")
+  rc=$(awk -v r="HUTCH-VM-RESULT $name " '
+    (i = index($0, r)) && substr($0, i + length(r)) ~ /^[0-9]+$/ { rc = substr($0, i + length(r)) }
+    END { print rc }' "$log.txt")
+  if [[ $verbose != 1 ]]; then
+    echo "===== $name ====="
+    [[ -z $section ]] || printf '%s\n' "$section"
+  fi
+  # gtest: "[==========] 7 tests from 2 test suites ran." "[  PASSED  ] 6 tests." "[  SKIPPED ] 1 test"
+  ran=$(sed -nE 's/^\[==========\] ([0-9]+) tests? from .* ran\..*/\1/p' <<<"$section" | tail -n1)
+  pass=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' <<<"$section" | tail -n1)
+  skip=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?.*/\1/p' <<<"$section" | tail -n1)
+  skip=${skip:-0}
+  if [[ -z $rc ]]; then
+    if [[ -n $section ]]; then what="started but left no result"; else what="never ran"; fi
+    p=0 f=1 s=0
+    why="VM ended early"
+    ((timed_out == 0)) || why="VM timed out"
+    lines+=("$name: $what ($why), counted as 1 failed")
+    problems=1
+  elif [[ -n $ran && -n $pass ]]; then
+    p=$pass s=$skip f=$((ran - pass - skip))
+    note=""
+    if ((rc != 0 && f == 0)); then
+      f=1
+      note=" (exit $rc after its tests passed: counted as 1 failed)"
+    elif ((ran == 0)); then
+      f=1
+      note=" (it ran no tests: counted as 1 failed)"
+    fi
+    ((s == 0)) || note=", $s skipped$note"
+    lines+=("$name: exit $rc, $p passed, $f failed$note")
+  else
+    s=0
+    if ((rc == 0)); then p=1 f=0 what=passed; else p=0 f=1 what=failed; fi
+    lines+=("$name: exit $rc (no gtest summary: counted as 1 $what)")
+  fi
+  total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+done
+
+kmsg=$(sed -n '/^HUTCH-VM-DMESG-BEGIN/,/^HUTCH-VM-DMESG-END/{/^HUTCH-VM-DMESG-/d;p}' "$log.txt")
+if [[ -n $kmsg ]]; then
+  echo "===== guest kernel messages while the tests ran ====="
+  printf '%s\n' "$kmsg"
+fi
+if grep -q '^hutch-vm: FATAL' "$log.txt"; then
+  say "guest setup failed: $(grep -m1 '^hutch-vm: FATAL' "$log.txt")"
+  problems=1
+fi
+if ((timed_out)); then
+  say "VM TIMED OUT: no poweroff within the ${budget} s budget (HUTCH_VM_TIMEOUT)"
+  problems=1
+elif ((vm_rc != 0)); then
+  say "qemu exited with status $vm_rc"
+  problems=1
+elif ! grep -q '^HUTCH-VM-DONE' "$log.txt"; then
+  say "the guest did not finish its run (kernel panic or init died?)"
+  problems=1
+fi
+((problems == 0 || verbose == 1)) || print_tail
+
+echo "===== results ====="
+for l in "${lines[@]}"; do say "$l"; done
+((total_skip == 0)) || say "note: $total_skip tests skipped although HUTCH_MUST_WORK=1"
+guest_up=$(sed -nE 's/^hutch-vm: done, up ([0-9.]+) s$/\1/p' "$log.txt")
+say "VM wall time ${vm_time} s (budget ${budget} s${guest_up:+; guest uptime at poweroff $guest_up s})"
+say "$total_pass passed, $total_fail failed"
+((total_fail == 0 && problems == 0))

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs the whole test suite through ctest, then the same suite
+# again in the ASan/UBSan build. Run as root: integration tests build real sandboxes.
+# HUTCH_MUST_WORK=1 (set by CI) turns every "cannot run here" skip into a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/setup.sh
+
+jobs=$(nproc)
+echo "== tests (RelWithDebInfo) =="
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== tests (ASan/UBSan) =="
+HUTCH_BUILD_DIR=build-asan HUTCH_BUILD_TYPE=Debug HUTCH_CMAKE_ARGS=-DHUTCH_SANITIZE=ON ./scripts/setup.sh
+ctest --test-dir build-asan --output-on-failure -j"$jobs"

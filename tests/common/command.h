@@ -1,0 +1,40 @@
+// Runs a command (usually build/hutch) and captures what it did.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hutch::testing {
+
+struct CommandResult {
+  int exit_code = -1;  // exit status, or 128+signal when killed
+  std::string out;
+  std::string err;
+  std::chrono::milliseconds elapsed{0};
+};
+
+struct CommandOptions {
+  std::vector<std::string> env;  // the complete environment; empty means {"PATH=/usr/bin:/bin"}
+  std::string stdin_data;
+  std::optional<int> signal_after_ms_signal;  // send this signal ...
+  int signal_after_ms = 0;                     // ... this long after start
+  std::vector<int> inherit_fds;                // fds the child keeps (tests of fd leaks)
+};
+
+CommandResult run_command(const std::vector<std::string>& argv, const CommandOptions& options = {});
+
+// `build/hutch` with the given arguments.
+CommandResult hutch(const std::vector<std::string>& args, const CommandOptions& options = {});
+
+// `hutch run [options] -- sh -c script` on the host rootfs.
+CommandResult hutch_sh(const std::string& script, const std::vector<std::string>& options = {});
+
+// The static probe (tests/probe) bound read-only at /probe.
+std::string probe_bind();
+
+// Parses "key=value" lines.
+std::string line_value(const std::string& text, const std::string& key);
+
+}  // namespace hutch::testing

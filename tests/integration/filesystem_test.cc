@@ -1,0 +1,173 @@
+// The sandbox's filesystem: overlay root with writes kept out of the lower layers, host
+// secrets invisible, explicit binds, minimal /dev, and a rootfs that cannot redirect mounts.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/common/command.h"
+#include "tests/common/must_work.h"
+
+namespace hutch::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A throwaway directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/hutch-test-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A minimal rootfs: static busybox and a few applets.
+void make_busybox_rootfs(const std::string& root) {
+  fs::create_directories(root + "/bin");
+  fs::copy_file("/bin/busybox", root + "/bin/busybox");
+  for (const char* applet : {"sh", "echo", "cat", "ls", "id", "touch", "stat", "mount", "readlink"}) {
+    fs::create_symlink("busybox", root + "/bin/" + applet);
+  }
+}
+
+TEST(Filesystem, WritesLandInTheUpperLayerNeverInTheLower) {
+  HUTCH_REQUIRE_ROOT();
+  const std::string name = "hutch-test-" + std::to_string(getpid());
+  auto r = hutch_sh("echo data > /usr/local/bin/" + name + " && cat /usr/local/bin/" + name +
+                    " && echo x >> /etc/bash.bashrc && rm /usr/bin/env && "
+                    "test ! -e /usr/bin/env && stat -c owner=%u /usr/local/bin/" + name);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "data\nowner=0\n");
+  EXPECT_FALSE(fs::exists("/usr/local/bin/" + name));
+  EXPECT_TRUE(fs::exists("/usr/bin/env"));
+  std::ifstream bashrc("/etc/bash.bashrc");
+  std::string contents((std::istreambuf_iterator<char>(bashrc)), {});
+  EXPECT_EQ(contents.find("\nx\n"), std::string::npos);
+}
+
+TEST(Filesystem, HostToolsWorkAtOnce) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--", "python3", "-c", "import json, sys; print(json.dumps({'ok': sys.version_info[0]}))"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"ok\": 3}\n");
+  EXPECT_EQ(hutch_sh("echo $((6*7)) | cat").out, "42\n");
+}
+
+TEST(Filesystem, HostSecretsAreInvisible) {
+  HUTCH_REQUIRE_ROOT();
+  ASSERT_TRUE(fs::exists("/etc/shadow"));
+  auto r = hutch_sh(
+      "for p in /etc/shadow /etc/gshadow /etc/ssh /etc/ssl/private /root/.bashrc /var/lib/hutch "
+      "/run/systemd /boot /sys " PROBE_BINARY " " HUTCH_BINARY "; do [ -e $p ] && echo visible=$p; done; "
+      "echo root=$(ls -A /root | wc -l) home=$(ls -A /home | wc -l) run=$(ls -A /run | wc -l) "
+      "var=$(ls -A /var | wc -l)");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("visible="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("root=0 home=0 run=0 var=0"), std::string::npos) << r.out;
+}
+
+TEST(Filesystem, GeneratedEtcFiles) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch_sh("cat /etc/hostname /etc/hosts; head -1 /etc/passwd; id -un", {"--hostname", "etc-test"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("etc-test\n127.0.0.1\tlocalhost\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("root:x:0:0:root:/root:/bin/sh\nroot\n"), std::string::npos) << r.out;
+  auto user = hutch_sh("id -un; id -u; echo $HOME; stat -c %u $HOME; touch $HOME/f && echo writable",
+                       {"--uid", "1000", "--gid", "1000"});
+  EXPECT_EQ(user.out, "user\n1000\n/home/user\n1000\nwritable\n") << user.err;
+}
+
+TEST(Filesystem, MinimalDevAndTmpfs) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch_sh("ls /dev | tr '\\n' ' '; echo; echo hi > /dev/null && head -c 4 /dev/zero | wc -c; "
+                    "stat -f -c %T /tmp /dev/shm; echo t > /tmp/t && cat /tmp/t; test -c /dev/pts/ptmx && echo ptmx");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n4\ntmpfs\ntmpfs\nt\nptmx\n");
+}
+
+TEST(Filesystem, CustomRootfsDirectory) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir dir;
+  make_busybox_rootfs(dir.path());
+  auto r = hutch({"run", "--rootfs", dir.path(), "--", "/bin/sh", "-c",
+                  "echo hello > /hello && cat /hello && id -u && ls /bin/busybox"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello\n0\n/bin/busybox\n");
+  EXPECT_FALSE(fs::exists(dir.path() + "/hello")) << "the lower layer must not change";
+  EXPECT_FALSE(fs::exists(dir.path() + "/proc")) << "mount points belong in the upper layer";
+}
+
+TEST(Filesystem, MissingRootfsIsARuntimeError) {
+  auto r = hutch({"run", "--rootfs", "/nonexistent-rootfs", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.err.find("realpath(rootfs /nonexistent-rootfs): No such file or directory"), std::string::npos) << r.err;
+}
+
+// A hostile rootfs whose /proc and /dev are symlinks out of it must not redirect hutch's mounts.
+TEST(Filesystem, SymlinkedMountPointsInTheRootfsAreRefused) {
+  HUTCH_REQUIRE_ROOT();
+  for (const char* point : {"proc", "dev", "tmp", "etc"}) {
+    TempDir dir;
+    make_busybox_rootfs(dir.path());
+    fs::create_directories(dir.path() + "/elsewhere");
+    fs::create_directory_symlink("/elsewhere", dir.path() + "/" + point);
+    auto r = hutch({"run", "--rootfs", dir.path(), "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 125) << point << ": " << r.err;
+    EXPECT_NE(r.err.find("openat2"), std::string::npos) << point << ": " << r.err;
+    EXPECT_TRUE(fs::is_empty(dir.path() + "/elsewhere")) << point;
+  }
+}
+
+// Binds are not idmapped: the sandbox reaches them as its host id (root inside = host
+// 1000000000), so a rw bind's new files are owned by that id, never by host root.
+TEST(Filesystem, BindMountsAreReadOnlyUnlessAsked) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir dir;
+  std::ofstream(dir.path() + "/in.txt") << "from host\n";
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  auto denied = hutch_sh("echo x > /data/new 2>/dev/null && echo wrote || echo refused",
+                         {"--bind", dir.path() + ":/data:rw"});
+  EXPECT_EQ(denied.out, "refused\n") << "a host-root-owned directory stays closed to the sandbox";
+  ASSERT_EQ(chown(dir.path().c_str(), 1000000000, 1000000000), 0);
+  auto ro = hutch_sh("cat /data/in.txt; echo x > /data/new 2>/dev/null && echo wrote || echo refused",
+                     {"--bind", dir.path() + ":/data"});
+  ASSERT_EQ(ro.exit_code, 0) << ro.err;
+  EXPECT_EQ(ro.out, "from host\nrefused\n");
+  auto rw = hutch_sh("echo out > /data/new && echo wrote", {"--bind", dir.path() + ":/data:rw"});
+  ASSERT_EQ(rw.exit_code, 0) << rw.err;
+  struct stat st;
+  ASSERT_EQ(stat((dir.path() + "/new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000000000u);
+  auto file = hutch_sh("cat /etc/in.txt", {"--bind", dir.path() + "/in.txt:/etc/in.txt"});
+  EXPECT_EQ(file.out, "from host\n") << file.err;
+}
+
+TEST(Filesystem, BadBindsAreRejected) {
+  EXPECT_EQ(hutch_sh("true", {"--bind", "/tmp"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--bind", "/tmp:relative"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--bind", "/tmp:/a/../b"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--bind", "/tmp:/x:rx"}).exit_code, 125);
+  auto missing = hutch_sh("true", {"--bind", "/nonexistent-src:/x"});
+  EXPECT_EQ(missing.exit_code, 125);
+  EXPECT_NE(missing.err.find("/nonexistent-src"), std::string::npos) << missing.err;
+}
+
+TEST(Filesystem, DiskCapHolds) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch_sh("head -c 8M /dev/zero > /tmp/big 2>/dev/null && echo tmp=fit || echo tmp=full; "
+                    "head -c 8M /dev/zero > /big 2>/dev/null && echo root=fit || echo root=full",
+                    {"--disk", "4M"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "tmp=full\nroot=full\n");
+}
+
+}  // namespace
+}  // namespace hutch::testing

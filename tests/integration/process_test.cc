@@ -1,0 +1,218 @@
+// The sandbox's processes: exit statuses, signals, timeouts that kill everything, init's
+// reaping, no leaked fds, the --json record, and a clean host afterwards.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "tests/common/command.h"
+#include "tests/common/must_work.h"
+
+namespace hutch::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// Host processes whose command line contains `marker`.
+int count_processes_with(const std::string& marker) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_text(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) != std::string::npos && cmdline.find("hutch run") == std::string::npos) ++count;
+  }
+  return count;
+}
+
+int count_mounts() {
+  std::ifstream in("/proc/self/mountinfo");
+  return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+}
+
+TEST(Process, ExitStatusesPropagate) {
+  HUTCH_REQUIRE_ROOT();
+  EXPECT_EQ(hutch_sh("exit 0").exit_code, 0);
+  EXPECT_EQ(hutch_sh("exit 7").exit_code, 7);
+  EXPECT_EQ(hutch_sh("kill -TERM $$").exit_code, 128 + SIGTERM);
+  EXPECT_EQ(hutch_sh("kill -KILL $$").exit_code, 128 + SIGKILL);
+}
+
+TEST(Process, CommandNotFoundAndNotExecutableAreShellLike) {
+  HUTCH_REQUIRE_ROOT();
+  auto missing = hutch({"run", "--", "no-such-command"});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.err.find("execve(no-such-command): No such file or directory"), std::string::npos) << missing.err;
+  EXPECT_EQ(hutch({"run", "--", "/no/such/path"}).exit_code, 127);
+  auto not_exec = hutch({"run", "--", "/etc/hostname"});
+  EXPECT_EQ(not_exec.exit_code, 126);
+  EXPECT_NE(not_exec.err.find("Permission denied"), std::string::npos) << not_exec.err;
+}
+
+TEST(Process, StdioPassesThrough) {
+  HUTCH_REQUIRE_ROOT();
+  CommandOptions options;
+  options.stdin_data = "line one\nline two\n";
+  auto r = hutch({"run", "--", "/bin/sh", "-c", "tr a-z A-Z; echo to-stderr >&2"}, options);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "LINE ONE\nLINE TWO\n");
+  EXPECT_EQ(r.err, "to-stderr\n");
+}
+
+TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
+  HUTCH_REQUIRE_ROOT();
+  const std::string marker = "hutch-timeout-marker-" + std::to_string(getpid());
+  char dir_template[] = "/tmp/hutch-test-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  ASSERT_EQ(chown(dir.c_str(), 1000000000, 1000000000), 0);  // the sandbox root's host id
+  // A setsid'd, double-forked grandchild that keeps appending to a host file.
+  auto r = hutch({"run", "--timeout", "500ms", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
+                  "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec sleep 1000 " +
+                      marker + "' & exec sleep 1000"});
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_LT(r.elapsed.count(), 3000);
+  auto size = fs::file_size(dir + "/ticks");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(fs::file_size(dir + "/ticks"), size) << "a process kept running after the timeout";
+  EXPECT_EQ(count_processes_with(marker), 0);
+  fs::remove_all(dir);
+}
+
+TEST(Process, WorkloadExitEndsTheSandboxAndItsBackgroundProcesses) {
+  HUTCH_REQUIRE_ROOT();
+  const std::string marker = "hutch-orphan-marker-" + std::to_string(getpid());
+  auto r = hutch_sh("(setsid sleep 1000 " + marker + " &) ; exit 3");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(count_processes_with(marker), 0);
+}
+
+TEST(Process, InitReapsOrphanedZombies) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--bind", probe_bind(), "--", "/probe", "zombies"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(line_value(r.out, "zombies"), "0");
+  auto pid1 = hutch_sh("cat /proc/1/comm; echo $$");
+  EXPECT_EQ(pid1.out, "hutch\n2\n") << "hutch's init is pid 1, the workload pid 2";
+}
+
+TEST(Process, NoFileDescriptorLeaksIntoTheSandbox) {
+  HUTCH_REQUIRE_ROOT();
+  // An fd the caller leaked to hutch must not reach the workload either.
+  int leaked = open("/etc/hostname", O_RDONLY);
+  ASSERT_GE(leaked, 0);
+  CommandOptions options;
+  options.inherit_fds = {leaked};
+  auto r = hutch({"run", "--bind", probe_bind(), "--", "/probe", "fds"}, options);
+  close(leaked);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "fds=done\n");
+}
+
+TEST(Process, SignalsAreForwarded) {
+  HUTCH_REQUIRE_ROOT();
+  CommandOptions options;
+  options.signal_after_ms_signal = SIGTERM;
+  options.signal_after_ms = 400;
+  auto r = hutch({"run", "--", "/bin/sleep", "100"}, options);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  EXPECT_LT(r.elapsed.count(), 5000);
+}
+
+TEST(Process, JsonResultRecord) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--json", "--", "/bin/sh", "-c", "echo out; exit 5"});
+  EXPECT_EQ(r.exit_code, 5);
+  auto newline = r.out.find('\n');
+  ASSERT_EQ(r.out.substr(0, newline), "out");
+  auto record = nlohmann::json::parse(r.out.substr(newline + 1));
+  EXPECT_EQ(record["exit_code"], 5);
+  EXPECT_EQ(record["timed_out"], false);
+  EXPECT_EQ(record["oom_killed"], false);
+  EXPECT_TRUE(record["signal"].is_null());
+  EXPECT_GT(record["duration_ms"].get<double>(), 0);
+  EXPECT_GT(record["peak_memory_bytes"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(record.contains("cpu_user_ms"));
+
+  auto timeout = hutch({"run", "--json", "--timeout", "200ms", "--", "/bin/sleep", "10"});
+  EXPECT_EQ(timeout.exit_code, 124);
+  auto timed = nlohmann::json::parse(timeout.out);
+  EXPECT_EQ(timed["timed_out"], true);
+  EXPECT_EQ(timed["exit_code"], 124);
+
+  auto failure = hutch({"run", "--json", "--rootfs", "/nonexistent", "--", "true"});
+  EXPECT_EQ(failure.exit_code, 125);
+  EXPECT_EQ(nlohmann::json::parse(failure.out)["error"]["step"], "realpath");
+}
+
+TEST(Process, HostIsCleanAfterwards) {
+  HUTCH_REQUIRE_ROOT();
+  const int mounts_before = count_mounts();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(hutch_sh("mount >/dev/null; echo x > /tmp/x").exit_code, 0);
+  ASSERT_EQ(hutch({"run", "--timeout", "100ms", "--", "/bin/sleep", "5"}).exit_code, 124);
+  EXPECT_EQ(count_mounts(), mounts_before);
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string text((std::istreambuf_iterator<char>(mountinfo)), {});
+  EXPECT_EQ(text.find("lowerdir=/lower0"), std::string::npos);
+}
+
+TEST(Process, HostileOptionsAreRefusedWithTheirCause) {
+  struct Case {
+    std::vector<std::string> options;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--env", "1BAD=x"}, "is not KEY=VALUE"},
+           {{"--env", "NOEQUALS"}, "is not KEY=VALUE"},
+           {{"--hostname", "bad host"}, "hostname"},
+           {{"--hostname", std::string(65, 'a')}, "hostname"},
+           {{"--workdir", "relative"}, "workdir"},
+           {{"--workdir", "/a/../b"}, "workdir"},
+           {{"--timeout", "-1s"}, "duration"},
+           {{"--timeout", "soon"}, "duration"},
+           {{"--disk", "0"}, "size"},
+           {{"--uid", "70000"}, "outside the mapped range"},
+           {{"--id-count", "0"}, "count"},
+           {{"--net", "host"}, "net"},
+       }) {
+    auto r = hutch_sh("true", c.options);
+    EXPECT_EQ(r.exit_code, 125) << c.options[0] << " " << c.options[1];
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.options[0] << ": " << r.err;
+  }
+  auto empty = hutch({"run", "--"});
+  EXPECT_EQ(empty.exit_code, 125);
+}
+
+TEST(Process, WorkdirIsCreatedAndUsed) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch_sh("pwd; stat -c %u .", {"--workdir", "/work/deep/dir", "--uid", "1000"});
+  EXPECT_EQ(r.out, "/work/deep/dir\n1000\n") << r.err;
+}
+
+TEST(Process, InfoReportsEveryFeature) {
+  auto r = hutch({"info", "--json"});
+  auto info = nlohmann::json::parse(r.out);
+  std::vector<std::string> names;
+  for (const auto& feature : info["features"]) names.push_back(feature["name"]);
+  for (const char* wanted : {"user namespaces", "overlayfs in a user namespace", "idmapped mounts",
+                             "openat2", "clone3", "pidfd", "cgroup layout"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), wanted), names.end()) << wanted;
+  }
+  if (geteuid() == 0) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    for (const auto& feature : info["features"]) EXPECT_TRUE(feature["available"].get<bool>()) << feature.dump();
+  }
+}
+
+}  // namespace
+}  // namespace hutch::testing
