@@ -152,7 +152,8 @@ TEST(MountPlan, DevptsIsAPrivateInstance) {
 TEST(MountPlan, DevptsGidOnlyWhenTheTtyGroupIsMapped) {
   SandboxSpec spec = make_spec();
   spec.ids.count = 1;
-  const MountOp* pts = find_op(build_ok(spec), Kind::kMountFs, "/dev/pts");
+  MountPlan plan = build_ok(spec);
+  const MountOp* pts = find_op(plan, Kind::kMountFs, "/dev/pts");
   ASSERT_NE(pts, nullptr);
   for (const Option& option : pts->options) EXPECT_NE(option.first, "gid");
 }
