@@ -43,10 +43,14 @@ add() { args+=("$1=$2"); }
 skip() { args+=(--skip "$1=$2"); }
 
 # hutch first: the ratios printed are of the first tool's p50 to each peer's.
+# "hutch" is the default (cgroup limits on); "hutch-nolim" has no cgroup, like bwrap. On a hybrid
+# host the difference is the first cgroup v1 migration (an RCU grace period in the kernel).
 if [[ -x $hutch ]]; then
   add hutch "$(realpath "$hutch") run -- /bin/true"
+  add hutch-nolim "$(realpath "$hutch") run --no-limits -- /bin/true"
 else
   skip hutch "no executable $hutch (build it or set HUTCH=)"
+  skip hutch-nolim "no executable $hutch (build it or set HUTCH=)"
 fi
 
 if have bwrap; then

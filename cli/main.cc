@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -37,6 +38,11 @@ struct RunOptions {
   uint32_t id_base = IdMap{}.host_base;
   uint32_t id_count = IdMap{}.count;
   std::string disk = "1G";
+  std::string memory;
+  std::optional<uint64_t> pids;
+  std::optional<double> cpus;
+  std::optional<uint32_t> cpu_weight;
+  bool no_limits = false;
   std::string seccomp_profile;
   bool json = false;
   std::vector<std::string> command;
@@ -102,6 +108,20 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   auto disk = parse_size(options.disk);
   if (!disk) return std::unexpected(disk.error());
   spec.disk_bytes = *disk;
+  if (!options.memory.empty()) {
+    auto memory = parse_size(options.memory);
+    if (!memory) return std::unexpected(memory.error());
+    spec.limits.memory_bytes = *memory;
+  }
+  spec.limits.pids = options.pids;
+  spec.limits.cpus = options.cpus;
+  spec.limits.cpu_weight = options.cpu_weight;
+  if (options.no_limits) {
+    if (!options.memory.empty() || options.pids || options.cpus || options.cpu_weight) {
+      return plain_error("limits", "--no-limits contradicts --memory/--pids/--cpus/--cpu-weight");
+    }
+    spec.cgroup = false;
+  }
 
   if (options.seccomp_profile.empty()) {
     spec.seccomp = default_seccomp_program();
@@ -124,6 +144,7 @@ int exit_status(const RunResult& result) {
                                                                          : kExitCannotExecute;
   }
   if (result.timed_out) return kExitTimeout;
+  if (result.oom_killed) std::fprintf(stderr, "hutch: the memory limit's OOM killer killed a process of the sandbox\n");
   if (result.term_signal != 0) return 128 + result.term_signal;
   return result.exit_code;
 }
@@ -134,12 +155,14 @@ void print_json(const RunResult& result, int status) {
       {"exit_code", status},
       {"signal", result.term_signal == 0 ? nlohmann::json(nullptr) : nlohmann::json(result.term_signal)},
       {"timed_out", result.timed_out},
-      {"oom_killed", false},
+      {"oom_killed", result.oom_killed},
       {"duration_ms", duration<double, std::milli>(result.duration).count()},
       {"cpu_user_ms", duration<double, std::milli>(result.cpu_user).count()},
       {"cpu_system_ms", duration<double, std::milli>(result.cpu_system).count()},
-      {"peak_memory_bytes", result.peak_rss_bytes},
+      {"peak_memory_bytes", result.peak_memory_bytes},
   };
+  if (result.cpu_total) record["cpu_ms"] = duration<double, std::milli>(*result.cpu_total).count();
+  if (result.peak_pids) record["peak_pids"] = *result.peak_pids;
   if (result.start_failure) record["start_failure"] = *result.start_failure + ": " + std::strerror(result.start_errno);
   std::fflush(stdout);
   std::printf("%s\n", record.dump().c_str());
@@ -209,6 +232,14 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--id-base", options.id_base, "Host id that the sandbox's id 0 maps to");
   run_cmd->add_option("--id-count", options.id_count, "How many ids are mapped");
   run_cmd->add_option("--disk", options.disk, "Cap of the writable layer and of /tmp (default 1G)");
+  run_cmd->add_option("--memory", options.memory, "Memory limit (512M, 2G); swap off; OOM kill -> exit 137");
+  run_cmd->add_option("--pids", options.pids, "Maximum number of processes and threads")->check(CLI::Range(1, 4194304));
+  run_cmd->add_option("--cpus", options.cpus, "CPU time limit in CPUs (0.5 = half of one CPU)")
+      ->check(CLI::Range(0.001, 4096.0));
+  run_cmd->add_option("--cpu-weight", options.cpu_weight, "CPU weight 1..10000 (default 100)")
+      ->check(CLI::Range(1, 10000));
+  run_cmd->add_flag("--no-limits", options.no_limits,
+                    "No cgroup at all: no default limits, no cgroup stats (trusted workloads only)");
   run_cmd->add_option("--seccomp-profile", options.seccomp_profile, "Seccomp profile JSON (default: built-in)");
   run_cmd->add_flag("--json", options.json, "Print a result record as the last line of stdout");
   run_cmd->add_option("command", options.command, "CMD [ARGS...] (after --)")->required();

@@ -16,6 +16,7 @@
 #include <functional>
 
 #include "runtime/cgroup/layout.h"
+#include "runtime/cgroup/plan.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/ns/userns.h"
 #include "runtime/unique_fd.h"
@@ -125,7 +126,8 @@ std::vector<Feature> probe_features() {
   features.push_back(from_errno("close_range", close_range(~0U - 1, ~0U, 0) == 0 ? 0 : errno));
   features.push_back(from_errno("seccomp filters", prctl(PR_GET_SECCOMP) >= 0 ? 0 : errno));
 
-  if (auto layout = read_cgroup_layout()) {
+  auto layout = read_cgroup_layout();
+  if (layout) {
     std::string detail = layout->mode();
     if (!layout->v2_mount.empty()) {
       detail += "; cgroup2 at " + layout->v2_mount + " controllers:";
@@ -138,6 +140,30 @@ std::vector<Feature> probe_features() {
     features.push_back({"cgroup layout", layout->mode() != "none", detail});
   } else {
     features.push_back({"cgroup layout", false, layout.error().message()});
+  }
+  // Which hierarchy enforces each limit, planned one limit at a time so each gets its answer.
+  for (CgroupLimit limit : {CgroupLimit::kMemory, CgroupLimit::kPids, CgroupLimit::kCpus, CgroupLimit::kCpuWeight}) {
+    const std::string name = "limit " + std::string(limit_name(limit));
+    if (!layout) {
+      features.push_back({name, false, layout.error().message()});
+      continue;
+    }
+    CgroupLimits limits;
+    if (limit == CgroupLimit::kMemory) limits.memory_bytes = 1ull << 30;
+    if (limit == CgroupLimit::kPids) limits.pids = 1024;
+    if (limit == CgroupLimit::kCpus) limits.cpus = 1.0;
+    if (limit == CgroupLimit::kCpuWeight) limits.cpu_weight = 100;
+    auto plan = plan_cgroups(*layout, limits);
+    if (!plan) {
+      features.push_back({name, false, plan.error().message()});
+      continue;
+    }
+    for (const LimitEnforcement& enforced : plan->enforcement) {
+      if (enforced.limit != limit) continue;
+      features.push_back({name, true, "enforced by cgroup " +
+                                          std::string(enforced.hierarchy.version == CgroupVersion::kV2 ? "v2" : "v1") +
+                                          " " + enforced.controller + " at " + enforced.hierarchy.mount_point});
+    }
   }
   return features;
 }

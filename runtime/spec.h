@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cgroup/plan.h"
 #include "runtime/security/seccomp.h"
 
 namespace hutch {
@@ -41,6 +42,8 @@ struct SandboxSpec {
   IdMap ids;
   uint64_t disk_bytes = 1ull << 30;  // cap of the writable upper layer and of /tmp
   std::optional<std::chrono::milliseconds> timeout;
+  CgroupLimits limits;  // unset fields get default_cgroup_limits()
+  bool cgroup = true;   // false: no cgroup at all (no limits, no cgroup stats): trusted work only
   std::string state_dir = "/var/lib/hutch";
   SeccompProgram seccomp;
 };
@@ -54,10 +57,13 @@ struct RunResult {
   std::optional<std::string> start_failure;
   int start_errno = 0;
   bool start_failed_at_exec = false;  // the failing step was execve itself (126/127 territory)
+  bool oom_killed = false;  // the memory limit's OOM killer killed a process of the sandbox
   std::chrono::microseconds duration{0};
-  std::chrono::microseconds cpu_user{0};
+  std::chrono::microseconds cpu_user{0};    // of reaped processes (wait4 rusage)
   std::chrono::microseconds cpu_system{0};
-  uint64_t peak_rss_bytes = 0;  // largest resident set of any reaped process
+  std::optional<std::chrono::microseconds> cpu_total;  // the sandbox cgroup's own usage
+  uint64_t peak_memory_bytes = 0;  // the cgroup's peak, else the largest resident set
+  std::optional<uint64_t> peak_pids;
 };
 
 }  // namespace hutch
