@@ -34,8 +34,9 @@
 namespace hutch {
 namespace {
 
+// The cgroup namespace comes later, from the child itself (see run_sandbox_child).
 constexpr uint64_t kNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                 CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP;
+                                 CLONE_NEWUTS | CLONE_NEWIPC;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 // The sandbox's init, seen from the parent. Until reaped, destruction kills it, and with it
@@ -276,15 +277,13 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   clone_args args{};
   args.flags = kNamespaces | CLONE_PIDFD;
   if (cgroup && cgroup->v2_dir_fd() >= 0) {
-    // With CLONE_NEWCGROUP the new cgroup namespace is rooted at this cgroup: inside, the sandbox
-    // sees itself at "/".
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(cgroup->v2_dir_fd());
   }
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
   long pid = syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) return sys_error("clone3", "CLONE_NEWUSER|NEWNS|NEWPID|NEWNET|NEWUTS|NEWIPC|NEWCGROUP");
+  if (pid < 0) return sys_error("clone3", "CLONE_NEWUSER|NEWNS|NEWPID|NEWNET|NEWUTS|NEWIPC");
   if (pid == 0) {
     sync.reset();
     run_sandbox_child(prepared.child);

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency (Debian packages only) and builds hutch.
+# python3 and busybox-static: tests run them inside sandboxes; qemu-system-x86 and cpio: the
+# pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers.
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +11,7 @@ packages=(
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
   libcli11-dev
   python3 busybox-static
+  qemu-system-x86 cpio
   bubblewrap crun runc util-linux
 )
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs the whole test suite through ctest, then the same suite
-# again in the ASan/UBSan build. Run as root: integration tests build real sandboxes.
+# Sets up (scripts/setup.sh) and runs the whole test suite through ctest, the cgroup tests again
+# on a pure cgroup-v2 kernel under qemu, then the ctest suite in the ASan/UBSan build.
+# Run as root: integration tests build real sandboxes.
 # HUTCH_MUST_WORK=1 (set by CI) turns every "cannot run here" skip into a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,10 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 echo "== tests (RelWithDebInfo) =="
 ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== cgroup tests on a pure cgroup-v2 kernel (qemu) =="
+./scripts/test-cgroupv2-vm.sh build/tests/cgroup/cgroup_integration_tests \
+  build/tests/cgroup/cgroup_unit_tests
 
 echo "== tests (ASan/UBSan) =="
 HUTCH_BUILD_DIR=build-asan HUTCH_BUILD_TYPE=Debug HUTCH_CMAKE_ARGS=-DHUTCH_SANITIZE=ON ./scripts/setup.sh

@@ -1,6 +1,7 @@
 #include "runtime/process/child.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <grp.h>
 #include <sys/prctl.h>
@@ -100,6 +101,9 @@ namespace {
   if (recv_sync(sync_fd, &ready) <= 0 || ready.kind != SyncMessage::Kind::kMapsReady) {
     _exit(125);  // the parent gave up
   }
+  // Placed in every cgroup by now (v1 ones included, which clone3 cannot do): a cgroup
+  // namespace made here is rooted at them all, so the sandbox sees itself at "/" everywhere.
+  if (unshare(CLONE_NEWCGROUP) != 0) die_step(sync_fd, from, "unshare", "CLONE_NEWCGROUP", errno);
   // The id maps exist now: become the namespace's root, so that files this process creates
   // get the mapped owner rather than an unmappable host root (EOVERFLOW), and shed host root's
   // supplementary groups.

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "runtime/cgroup/stale.h"
-#include "tests/cgroup/must_work.h"
+#include "tests/common/must_work.h"
 
 namespace hutch::test {
 namespace {
@@ -76,15 +76,15 @@ void reap_children(std::chrono::milliseconds patience) {
 }
 
 void CgroupHostTest::SetUp() {
-  HUTCH_REQUIRE_HOST(geteuid() == 0, "not root: creating cgroups needs root");
+  HUTCH_REQUIRE(geteuid() == 0, "not root: creating cgroups needs root");
   Result<CgroupLayout> layout = read_cgroup_layout();
-  HUTCH_REQUIRE_HOST(layout.has_value(), "cannot read the cgroup layout: " +
+  HUTCH_REQUIRE(layout.has_value(), "cannot read the cgroup layout: " +
                                              (layout ? std::string() : layout.error().message()));
   layout_ = *layout;
-  HUTCH_REQUIRE_HOST(layout_.mode() != "none", "no cgroup hierarchy is mounted");
+  HUTCH_REQUIRE(layout_.mode() != "none", "no cgroup hierarchy is mounted");
   CgroupLimits every_limit{uint64_t{64} << 20, 32, 0.5, 100};
   Result<CgroupPlan> plan = plan_cgroups(layout_, every_limit);
-  HUTCH_REQUIRE_HOST(plan.has_value(), "this host cannot enforce every limit (" + layout_.mode() +
+  HUTCH_REQUIRE(plan.has_value(), "this host cannot enforce every limit (" + layout_.mode() +
                                            "): " + (plan ? std::string() : plan.error().message()));
   // Orphans of the tests' double forks come back to us to be reaped.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);

@@ -1,0 +1,123 @@
+// Limits through `hutch run`: each enforced by the kernel and reported in the result record;
+// cgroups out of the sandbox's reach and gone afterwards.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <sys/stat.h>
+
+#include <thread>
+
+#include "tests/common/command.h"
+#include "tests/common/must_work.h"
+
+namespace hutch::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json last_json_line(const std::string& out) {
+  auto start = out.rfind('\n', out.size() - 2);
+  return nlohmann::json::parse(start == std::string::npos ? out : out.substr(start + 1));
+}
+
+TEST(Limits, MemoryHogIsOomKilledAndReported) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--json", "--memory", "64M", "--", "python3", "-c",
+                  "chunks = []\nwhile True: chunks.append(bytearray(8 << 20))"});
+  EXPECT_EQ(r.exit_code, 137) << r.err;
+  auto record = last_json_line(r.out);
+  EXPECT_EQ(record["oom_killed"], true);
+  EXPECT_EQ(record["signal"], SIGKILL);
+  EXPECT_LE(record["peak_memory_bytes"].get<uint64_t>(), 64ull << 20);
+  EXPECT_GE(record["peak_memory_bytes"].get<uint64_t>(), 32ull << 20);
+  EXPECT_NE(r.err.find("OOM killer"), std::string::npos) << r.err;
+}
+
+TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
+  HUTCH_REQUIRE_ROOT();
+  auto bomb = std::async(std::launch::async, [] {
+    return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
+                  "bomb() { bomb | bomb & }; bomb; sleep 10"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
+  EXPECT_EQ(sibling.out, "alive\n");
+  EXPECT_LT(sibling.elapsed.count(), 1500) << "a sibling sandbox must not starve under a fork bomb";
+  auto r = bomb.get();
+  EXPECT_EQ(r.exit_code, 124) << r.err.substr(0, 300);
+  auto record = last_json_line(r.out);
+  EXPECT_EQ(record["peak_pids"], 32);
+}
+
+TEST(Limits, CpuQuotaHolds) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--json", "--cpus", "0.2", "--timeout", "2s", "--", "/bin/sh", "-c", "while :; do :; done"});
+  EXPECT_EQ(r.exit_code, 124);
+  auto record = last_json_line(r.out);
+  const double share = record["cpu_ms"].get<double>() / record["duration_ms"].get<double>();
+  EXPECT_GT(share, 0.10);
+  EXPECT_LT(share, 0.35);
+}
+
+TEST(Limits, CgroupsAreInvisibleAndUnwritableInside) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch_sh("cat /proc/self/cgroup | cut -d: -f3 | sort -u; test -e /sys && echo sys=present; "
+                    "mount -t cgroup2 none /tmp 2>/dev/null && echo mounted=yes || echo mounted=no");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "/\nmounted=no\n") << "every hierarchy shows the sandbox at its root";
+}
+
+// The host's view: the sandbox's processes sit in hutch's cgroups, which vanish with it.
+TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
+  HUTCH_REQUIRE_ROOT();
+  const std::string marker = "hutch-cgroup-marker-" + std::to_string(getpid());
+  auto run = std::async(std::launch::async, [&] {
+    return hutch({"run", "--timeout", "1500ms", "--", "/bin/sh", "-c", "sleep 1000", marker});
+  });
+  std::vector<std::string> dirs;
+  for (int attempt = 0; attempt < 100 && dirs.empty(); ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      std::ifstream cmdline(entry.path() / "cmdline");
+      std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+      if (text.find(marker) == std::string::npos || text.find("run") != std::string::npos) continue;
+      std::ifstream cgroups(entry.path() / "cgroup");
+      for (std::string line; std::getline(cgroups, line);) {
+        auto path = line.substr(line.rfind(':') + 1);
+        if (path.find("/hutch/run-") == std::string::npos) continue;
+        auto controllers = line.substr(line.find(':') + 1, line.rfind(':') - line.find(':') - 1);
+        std::string mount = controllers.empty() ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup/" + controllers;
+        if (controllers.empty() && !fs::exists(mount)) mount = "/sys/fs/cgroup";
+        dirs.push_back(mount + path);
+      }
+    }
+  }
+  ASSERT_FALSE(dirs.empty()) << "the sandboxed sleep was not found in a hutch cgroup";
+  for (const std::string& dir : dirs) {
+    EXPECT_TRUE(fs::exists(dir)) << dir;
+    struct stat st;
+    ASSERT_EQ(stat((dir + "/cgroup.procs").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u) << "cgroup files stay host root's";
+  }
+  EXPECT_EQ(run.get().exit_code, 124);
+  for (const std::string& dir : dirs) EXPECT_FALSE(fs::exists(dir)) << dir << " left behind";
+}
+
+TEST(Limits, BadLimitsAreRefused) {
+  EXPECT_EQ(hutch_sh("true", {"--memory", "lots"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--pids", "0"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--cpus", "-1"}).exit_code, 125);
+  EXPECT_EQ(hutch_sh("true", {"--cpu-weight", "20000"}).exit_code, 125);
+  auto both = hutch_sh("true", {"--no-limits", "--memory", "1G"});
+  EXPECT_EQ(both.exit_code, 125);
+  EXPECT_NE(both.err.find("--no-limits contradicts"), std::string::npos) << both.err;
+}
+
+}  // namespace
+}  // namespace hutch::testing
