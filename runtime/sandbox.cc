@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <future>
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/sandbox_cgroup.h"
@@ -121,8 +122,9 @@ Error error_from_child(const ChildError& error) {
 
 struct Prepared {
   SandboxSpec spec;  // with canonical paths
-  UniqueFd skeleton;                // the host rootfs's skeleton layer, topmost
-  std::vector<std::string> lowers;  // host directories, below the skeleton
+  bool host_rootfs = false;
+  std::vector<SkeletonEntry> skeleton;  // the host rootfs's skeleton layer, topmost
+  std::vector<std::string> lowers;      // host directories, below the skeleton
   MountPlan mounts;
   ChildPlan child;
   std::vector<std::string> path_dirs;
@@ -138,14 +140,12 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
                                      std::to_string(spec.gid) + " is outside the mapped range 0.." +
                                      std::to_string(spec.ids.count - 1));
   }
-  if (spec.lower_dirs.empty()) {
-    // Built before clone3: afterwards every page the parent writes would be a copy-on-write
-    // fault while the child runs.
+  out.host_rootfs = spec.lower_dirs.empty();
+  if (out.host_rootfs) {
+    // Planned before clone3: afterwards every page the parent writes is a copy-on-write fault.
     auto entries = plan_this_host_skeleton();
     if (!entries) return std::unexpected(entries.error());
-    auto skeleton = build_skeleton_mount(*entries, spec.ids.host_base);
-    if (!skeleton) return std::unexpected(skeleton.error());
-    out.skeleton = std::move(*skeleton);
+    out.skeleton = std::move(*entries);
     out.lowers = {"/"};
   } else {
     for (const std::string& dir : spec.lower_dirs) {
@@ -154,7 +154,7 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out) {
       out.lowers.push_back(*canonical);
     }
   }
-  const size_t lower_count = out.lowers.size() + (out.skeleton ? 1 : 0);
+  const size_t lower_count = out.lowers.size() + (out.host_rootfs ? 1 : 0);
   if (lower_count > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
   for (BindMount& bind : spec.binds) {
     auto canonical = canonical_dir(bind.source, "bind source");
@@ -207,12 +207,18 @@ Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
 
 // Part two, while the child sets up its staging area: the lower trees. Idmapped through the
 // child's user namespace, host root's files appear as the sandbox root's.
-Result<void> send_layers(const Prepared& prepared, pid_t pid, int sync_fd) {
+Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>& skeleton,
+                         pid_t pid, int sync_fd) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
   std::vector<int> fds;
-  if (prepared.skeleton) fds.push_back(prepared.skeleton.get());
+  if (skeleton.valid()) {
+    auto built = skeleton.get();
+    if (!built) return std::unexpected(built.error());
+    fds.push_back(built->get());
+    trees.push_back(std::move(*built));
+  }
   for (const std::string& lower : prepared.lowers) {
     auto tree = open_idmapped_tree(lower, userns->get());
     if (!tree) return std::unexpected(tree.error());
@@ -263,6 +269,14 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
 
   // The sandbox's cgroups exist, limits written, before its first process: clone3 places the
   // child straight into the cgroup2 dir, and v1 hierarchies get it before it may run.
+  // The skeleton's ~150 tmpfs entries are made on another thread while this one creates the
+  // cgroups and the namespaces (clone3 copies only the calling thread; the child allocates nothing).
+  std::future<Result<UniqueFd>> skeleton;
+  if (prepared.host_rootfs) {
+    skeleton = std::async(std::launch::async, build_skeleton_mount, std::cref(prepared.skeleton),
+                          prepared.spec.ids.host_base);
+  }
+
   std::optional<SandboxCgroup> cgroup;
   if (prepared.spec.cgroup) {
     auto created = create_sandbox_cgroup(prepared.spec);
@@ -298,7 +312,7 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
     if (auto r = cgroup->attach(init.pid()); !r) return std::unexpected(r.error());
   }
   if (auto r = write_maps(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
-  if (auto r = send_layers(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
+  if (auto r = send_layers(prepared, skeleton, init.pid(), sync.get()); !r) return std::unexpected(r.error());
 
   RunResult result;
   std::optional<Error> setup_failure;

@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@
 #include "runtime/process/sync.h"
 #include "runtime/security/caps.h"
 
+// The id changes below are raw syscalls: glibc's wrappers broadcast them to every thread it
+// knows of, and the parent may have had a second thread when clone3 copied it (the child has one).
 namespace hutch {
 namespace {
 
@@ -74,9 +77,9 @@ namespace {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (setgroups(0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
-  if (setresgid(plan.gid, plan.gid, plan.gid) != 0) die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
-  if (setresuid(plan.uid, plan.uid, plan.uid) != 0) die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
+  if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
+  if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
+  if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
   const char* step = nullptr;
   if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
   if (chdir(plan.workdir) != 0) die_step(sync_fd, from, "chdir", plan.workdir, errno);
@@ -107,9 +110,9 @@ namespace {
   // The id maps exist now: become the namespace's root, so that files this process creates
   // get the mapped owner rather than an unmappable host root (EOVERFLOW), and shed host root's
   // supplementary groups.
-  if (setresgid(0, 0, 0) != 0) die_step(sync_fd, from, "setresgid", "0 in the sandbox", errno);
-  if (setresuid(0, 0, 0) != 0) die_step(sync_fd, from, "setresuid", "0 in the sandbox", errno);
-  if (setgroups(0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
+  if (syscall(SYS_setresgid, 0, 0, 0) != 0) die_step(sync_fd, from, "setresgid", "0 in the sandbox", errno);
+  if (syscall(SYS_setresuid, 0, 0, 0) != 0) die_step(sync_fd, from, "setresuid", "0 in the sandbox", errno);
+  if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
 
   if (sethostname(plan.hostname, std::strlen(plan.hostname)) != 0) {
     die_step(sync_fd, from, "sethostname", plan.hostname, errno);
@@ -155,7 +158,9 @@ namespace {
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, nullptr);
-  pid_t workload = fork();
+  // A raw clone, not glibc's fork(): fork() takes malloc's and stdio's locks for its atfork
+  // handlers, and another thread of the parent may have held one when clone3 copied it.
+  pid_t workload = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
   if (workload < 0) die_step(sync_fd, from, "fork", "workload", errno);
   if (workload == 0) run_workload(plan);
 

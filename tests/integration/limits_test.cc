@@ -43,7 +43,8 @@ TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   HUTCH_REQUIRE_ROOT();
   auto bomb = std::async(std::launch::async, [] {
     return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
-                  "bomb() { bomb | bomb & }; bomb; sleep 10"});
+                  // sleep first: forks fail once the bomb fills pids.max; wait outlives the timeout.
+                  "sleep 10 & bomb() { bomb | bomb & }; bomb; wait"});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
