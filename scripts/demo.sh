@@ -33,3 +33,11 @@ $hutch run -- unshare -U true || echo "(exit $?: as expected)"
 step "a timeout kills the whole sandbox, detached grandchildren included" \
   "hutch run --timeout 300ms --json -- sh -c 'setsid sleep 100 & sleep 100'"
 $hutch run --timeout 300ms --json -- sh -c 'setsid sleep 100 & sleep 100' || echo "(exit $?: 124 = timed out)"
+
+step "limits: a memory hog is OOM-killed at --memory and reported" \
+  "hutch run --memory 64M --json -- python3 -c 'x = [bytearray(8 << 20) for _ in range(64)]'"
+$hutch run --memory 64M --json -- python3 -c 'x = [bytearray(8 << 20) for _ in range(64)]' || echo "(exit $?: 137 = OOM-killed)"
+
+step "limits: a fork bomb stops at --pids while the host stays responsive" \
+  "hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & b() { b | b & }; b; wait' 2>/dev/null"
+$hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & b() { b | b & }; b; wait' 2>/dev/null || echo "(exit $?: 124 = timed out, bomb contained)"

@@ -1,5 +1,7 @@
 #include "runtime/cgroup/sandbox_cgroup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -68,18 +70,22 @@ Result<void> SandboxCgroup::add_dir(const CgroupPlan& plan, const CgroupDirPlan&
   if (v2 && !plan.v2_enable.empty()) {
     if (auto r = enable_v2_controllers(*root, plan.v2_enable); !r) return r;
   }
-  // Twice: a concurrent start may remove an empty `hutch` between our mkdir and the next.
+  // Retried: a sandbox ending meanwhile removes `hutch` when it was the last one (destroy()).
+  constexpr int kAttempts = 8;
   for (int attempt = 0;; ++attempt) {
     if (auto r = make_cgroup_subdir(*root, kParentName, /*may_exist=*/true); !r) return r;
     Result<CgroupDir> parent = open_cgroup_subdir(*root, kParentName);
-    if (!parent) return std::unexpected(parent.error());
+    if (!parent) {
+      if (parent.error().err == ENOENT && attempt + 1 < kAttempts) continue;
+      return std::unexpected(parent.error());
+    }
     // `hutch` holds no processes itself, so cgroup2's no-internal-process rule allows this.
     if (v2 && !plan.v2_enable.empty()) {
       if (auto r = enable_v2_controllers(*parent, plan.v2_enable); !r) return r;
     }
     Result<void> made = make_cgroup_subdir(*parent, id_, /*may_exist=*/false);
     if (!made) {
-      if (made.error().err == ENOENT && attempt == 0) continue;
+      if (made.error().err == ENOENT && attempt + 1 < kAttempts) continue;
       return made;
     }
     Result<CgroupDir> self = open_cgroup_subdir(*parent, id_);
@@ -234,6 +240,13 @@ Result<void> SandboxCgroup::destroy() {
     if (!removed) {
       if (outcome) outcome = removed;
       left.push_back(std::move(dir));
+      continue;
+    }
+    // The shared parent goes too once empty, so nothing of hutch's stays on the host; another
+    // sandbox still in it (EBUSY) or gone already (ENOENT) is fine, and creators retry.
+    const std::string parent = dir.parent.path;
+    if (rmdir(parent.c_str()) != 0 && errno != EBUSY && errno != ENOTEMPTY && errno != ENOENT) {
+      if (outcome) outcome = sys_error("rmdir", parent);
     }
   }
   dirs_ = std::move(left);

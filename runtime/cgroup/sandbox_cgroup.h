@@ -61,7 +61,7 @@ class SandboxCgroup {
 
   // kill_all, then rmdir every dir this object created (sub-cgroups first; EBUSY retried for a
   // few hundred ms; ENOENT is success). Idempotent: a second call, or one after a partial failure,
-  // retries what is left. `<mount>/hutch` itself stays: other sandboxes share it.
+  // retries what is left. `<mount>/hutch` goes too when no other sandbox is left in it.
   Result<void> destroy();
 
   // The sandbox dirs still owned, cgroup2 first: for tests and `hutch info`.
