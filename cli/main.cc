@@ -43,6 +43,7 @@ struct RunOptions {
   std::optional<double> cpus;
   std::optional<uint32_t> cpu_weight;
   bool no_limits = false;
+  std::string cgroup_parent{hutch::kDefaultCgroupParent};
   std::string seccomp_profile;
   bool json = false;
   std::vector<std::string> command;
@@ -122,6 +123,10 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
     }
     spec.cgroup = false;
   }
+  if (!valid_cgroup_parent(options.cgroup_parent)) {
+    return plain_error("cgroup parent", "\"" + options.cgroup_parent + "\" is not one name of [A-Za-z0-9._-]");
+  }
+  spec.cgroup_parent = options.cgroup_parent;
 
   if (options.seccomp_profile.empty()) {
     spec.seccomp = default_seccomp_program();
@@ -238,6 +243,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 4096.0));
   run_cmd->add_option("--cpu-weight", options.cpu_weight, "CPU weight 1..10000 (default 100)")
       ->check(CLI::Range(1, 10000));
+  run_cmd->add_option("--cgroup-parent", options.cgroup_parent,
+                      "Parent cgroup hutch owns at each hierarchy's root (default hutch)");
   run_cmd->add_flag("--no-limits", options.no_limits,
                     "No cgroup at all: no default limits, no cgroup stats (trusted workloads only)");
   run_cmd->add_option("--seccomp-profile", options.seccomp_profile, "Seccomp profile JSON (default: built-in)");

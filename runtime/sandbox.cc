@@ -243,7 +243,8 @@ Result<SandboxCgroup> create_sandbox_cgroup(const SandboxSpec& spec) {
   if (!ram) return std::unexpected(ram.error());
   auto plan = plan_cgroups(*layout, with_defaults(spec.limits, default_cgroup_limits(*ram)));
   if (!plan) return std::unexpected(plan.error());
-  if (auto stale = remove_stale_cgroups(*layout, cgroup_owner_alive); !stale) {
+  plan->parent = spec.cgroup_parent;
+  if (auto stale = remove_stale_cgroups(*layout, cgroup_owner_alive, spec.cgroup_parent); !stale) {
     return std::unexpected(stale.error());
   }
   static uint64_t sequence = 0;

@@ -44,6 +44,7 @@ struct SandboxSpec {
   std::optional<std::chrono::milliseconds> timeout;
   CgroupLimits limits;  // unset fields get default_cgroup_limits()
   bool cgroup = true;   // false: no cgroup at all (no limits, no cgroup stats): trusted work only
+  std::string cgroup_parent{kDefaultCgroupParent};  // <hierarchy>/<this>/<sandbox id>
   std::string state_dir = "/var/lib/hutch";
   SeccompProgram seccomp;
 };

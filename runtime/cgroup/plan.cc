@@ -157,4 +157,10 @@ uint64_t cpu_weight_to_shares(uint32_t weight) {
   return 2 + (static_cast<uint64_t>(weight) - 1) * 262'142 / 9'999;
 }
 
+bool valid_cgroup_parent(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+  return name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+         std::string_view::npos;
+}
+
 }  // namespace hutch

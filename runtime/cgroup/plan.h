@@ -60,7 +60,14 @@ struct CgroupDirPlan {
   std::vector<std::string> controllers;
 };
 
+// The parent cgroup hutch creates and owns at each hierarchy's root: `<mount>/<parent>/<id>`.
+inline constexpr std::string_view kDefaultCgroupParent = "hutch";
+
+// A parent name is one path component of [A-Za-z0-9._-], at most 64 bytes, not "." or "..".
+bool valid_cgroup_parent(std::string_view name);
+
 struct CgroupPlan {
+  std::string parent{kDefaultCgroupParent};  // set by the caller; plan_cgroups leaves the default
   CgroupLimits limits;
   std::vector<CgroupDirPlan> dirs;  // the cgroup2 dir first, when the host has cgroup2
   // Controllers to enable in `<v2>/hutch/cgroup.subtree_control`.

@@ -15,7 +15,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr const char* kParentName = "hutch";
 // Generous for a slow (emulated) machine; reached only when something is stuck.
 constexpr milliseconds kFreezeTimeout{5000};
 constexpr milliseconds kKillTimeout{10000};
@@ -70,11 +69,14 @@ Result<void> SandboxCgroup::add_dir(const CgroupPlan& plan, const CgroupDirPlan&
   if (v2 && !plan.v2_enable.empty()) {
     if (auto r = enable_v2_controllers(*root, plan.v2_enable); !r) return r;
   }
+  if (!valid_cgroup_parent(plan.parent)) {
+    return plain_error("cgroup parent", "\"" + plan.parent + "\" is not one name of [A-Za-z0-9._-]");
+  }
   // Retried: a sandbox ending meanwhile removes `hutch` when it was the last one (destroy()).
   constexpr int kAttempts = 8;
   for (int attempt = 0;; ++attempt) {
-    if (auto r = make_cgroup_subdir(*root, kParentName, /*may_exist=*/true); !r) return r;
-    Result<CgroupDir> parent = open_cgroup_subdir(*root, kParentName);
+    if (auto r = make_cgroup_subdir(*root, plan.parent, /*may_exist=*/true); !r) return r;
+    Result<CgroupDir> parent = open_cgroup_subdir(*root, plan.parent);
     if (!parent) {
       if (parent.error().err == ENOENT && attempt + 1 < kAttempts) continue;
       return std::unexpected(parent.error());

@@ -67,10 +67,10 @@ struct StaleDir {
   bool freezer;
 };
 
-// True if this process sits in `<mount>/hutch/<id>` (or below) of any hierarchy.
+// True if this process sits in `<mount>/<parent>/<id>` (or below) of any hierarchy.
 bool holds_this_process(const std::vector<CgroupMembership>& own, const CgroupLayout& layout,
-                        const std::string& id) {
-  const std::string prefix = "/hutch/" + id;
+                        std::string_view parent, const std::string& id) {
+  const std::string prefix = "/" + std::string(parent) + "/" + id;
   auto inside = [&](const std::string& path) {
     return path == prefix || path.starts_with(prefix + "/");
   };
@@ -143,7 +143,11 @@ bool cgroup_owner_alive(std::string_view id) {
 }
 
 Result<int> remove_stale_cgroups(const CgroupLayout& layout,
-                                 const std::function<bool(std::string_view id)>& is_live) {
+                                 const std::function<bool(std::string_view id)>& is_live,
+                                 std::string_view parent_name) {
+  if (!valid_cgroup_parent(parent_name)) {
+    return plain_error("cgroup parent", "\"" + std::string(parent_name) + "\" is not one name of [A-Za-z0-9._-]");
+  }
   Result<std::vector<CgroupMembership>> own = read_own_cgroups();
   if (!own) return std::unexpected(own.error());
   struct Hierarchy {
@@ -164,7 +168,7 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   for (const Hierarchy& hierarchy : hierarchies) {
     Result<CgroupDir> root = open_cgroup_dir(hierarchy.mount_point);
     if (!root) return std::unexpected(root.error());
-    Result<CgroupDir> parent = open_cgroup_subdir(*root, "hutch");
+    Result<CgroupDir> parent = open_cgroup_subdir(*root, std::string(parent_name));
     if (!parent) {
       if (parent.error().err == ENOENT) continue;
       return std::unexpected(parent.error());
@@ -179,7 +183,7 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   int removed = 0;
   Result<void> first_error;
   for (const auto& [id, places] : stale) {
-    if (holds_this_process(*own, layout, id)) continue;
+    if (holds_this_process(*own, layout, parent_name, id)) continue;
     Result<void> outcome = remove_one(id, places);
     if (outcome) {
       ++removed;

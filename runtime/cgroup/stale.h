@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "runtime/cgroup/layout.h"
+#include "runtime/cgroup/plan.h"
 #include "runtime/error.h"
 
 namespace hutch {
@@ -39,10 +40,11 @@ Result<std::string> make_sandbox_cgroup_id(uint64_t sequence);
 // live: hutch removes only what it can prove abandoned.
 bool cgroup_owner_alive(std::string_view id);
 
-// For every `<mount>/hutch/<id>` in every hierarchy of `layout` with !is_live(id): kills its
+// For every `<mount>/<parent>/<id>` in every hierarchy of `layout` with !is_live(id): kills its
 // processes and removes it with its sub-cgroups. Skips any id holding this process. Returns how
 // many ids were removed; on a failure the other ids are still tried and the first error returned.
 Result<int> remove_stale_cgroups(const CgroupLayout& layout,
-                                 const std::function<bool(std::string_view id)>& is_live);
+                                 const std::function<bool(std::string_view id)>& is_live,
+                                 std::string_view parent = kDefaultCgroupParent);
 
 }  // namespace hutch

@@ -204,5 +204,15 @@ TEST(CgroupValues, FindsKeysInKeyValueFiles) {
   EXPECT_EQ(find_cgroup_key("usage_usec 123456\nuser_usec 1", "usage_usec"), 123'456u);
 }
 
+TEST(CgroupParent, OnlyOneSafeNameIsValid) {
+  EXPECT_TRUE(valid_cgroup_parent("hutch"));
+  EXPECT_TRUE(valid_cgroup_parent("hutch-ci_2.slice"));
+  for (std::string_view bad : {"", ".", "..", "a/b", "/hutch", "x y", "a\nb"}) {
+    EXPECT_FALSE(valid_cgroup_parent(bad)) << bad;
+  }
+  EXPECT_FALSE(valid_cgroup_parent(std::string(65, 'a')));
+  EXPECT_EQ(CgroupPlan{}.parent, "hutch");
+}
+
 }  // namespace
 }  // namespace hutch

@@ -74,13 +74,14 @@ TEST(Limits, CgroupsAreInvisibleAndUnwritableInside) {
   EXPECT_EQ(r.out, "/\nmounted=no\n") << "every hierarchy shows the sandbox at its root";
 }
 
-// The host's view: the sandbox's processes sit in hutch's cgroups, which vanish with it.
-TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
-  HUTCH_REQUIRE_ROOT();
-  const std::string marker = "hutch-cgroup-marker-" + std::to_string(getpid());
-  auto run = std::async(std::launch::async, [&] {
-    return hutch({"run", "--timeout", "1500ms", "--", "/bin/sh", "-c", "sleep 1000", marker});
-  });
+// The host's view: the sandbox's processes sit in `<mount>/<parent>/run-*` cgroups, which vanish
+// with it, the parent too when no other sandbox uses it.
+void expect_cgroups_created_and_removed(const std::string& parent, const std::vector<std::string>& options) {
+  const std::string marker = "hutch-cgroup-marker-" + std::to_string(getpid()) + parent;
+  std::vector<std::string> args = {"run", "--timeout", "1500ms"};
+  args.insert(args.end(), options.begin(), options.end());
+  args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep 1000", marker});
+  auto run = std::async(std::launch::async, [&] { return hutch(args); });
   std::vector<std::string> dirs;
   for (int attempt = 0; attempt < 100 && dirs.empty(); ++attempt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -91,7 +92,7 @@ TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
       std::ifstream cgroups(entry.path() / "cgroup");
       for (std::string line; std::getline(cgroups, line);) {
         auto path = line.substr(line.rfind(':') + 1);
-        if (path.find("/hutch/run-") == std::string::npos) continue;
+        if (path.find("/" + parent + "/run-") == std::string::npos) continue;
         auto controllers = line.substr(line.find(':') + 1, line.rfind(':') - line.find(':') - 1);
         std::string mount = controllers.empty() ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup/" + controllers;
         if (controllers.empty() && !fs::exists(mount)) mount = "/sys/fs/cgroup";
@@ -99,7 +100,7 @@ TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
       }
     }
   }
-  ASSERT_FALSE(dirs.empty()) << "the sandboxed sleep was not found in a hutch cgroup";
+  ASSERT_FALSE(dirs.empty()) << "the sandboxed sleep was not found in a " << parent << " cgroup";
   for (const std::string& dir : dirs) {
     EXPECT_TRUE(fs::exists(dir)) << dir;
     struct stat st;
@@ -108,6 +109,24 @@ TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
   }
   EXPECT_EQ(run.get().exit_code, 124);
   for (const std::string& dir : dirs) EXPECT_FALSE(fs::exists(dir)) << dir << " left behind";
+}
+
+TEST(Limits, CgroupsAreCreatedPerSandboxAndRemoved) {
+  HUTCH_REQUIRE_ROOT();
+  expect_cgroups_created_and_removed("hutch", {});
+}
+
+TEST(Limits, CgroupParentIsConfigurable) {
+  HUTCH_REQUIRE_ROOT();
+  const std::string parent = "hutch-test-parent-" + std::to_string(getpid());
+  expect_cgroups_created_and_removed(parent, {"--cgroup-parent", parent});
+  for (const char* hierarchy : {"unified", "memory", "pids"}) {
+    EXPECT_FALSE(fs::exists(std::string("/sys/fs/cgroup/") + hierarchy + "/" + parent))
+        << "the parent, unused by any other sandbox, must go too";
+  }
+  for (const char* bad : {"..", "a/b", "", "x y"}) {
+    EXPECT_EQ(hutch_sh("true", {"--cgroup-parent", bad}).exit_code, 125) << bad;
+  }
 }
 
 TEST(Limits, BadLimitsAreRefused) {
