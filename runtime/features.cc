@@ -91,7 +91,7 @@ int probe_idmapped_mount() {
   }
   if (err == 0) {
     auto userns = open_userns(pid);
-    auto tree = userns ? open_idmapped_tree("/", userns->get()) : std::unexpected(userns.error());
+    auto tree = userns ? open_idmapped_tree("/", userns->get(), IdMap{}.host_base) : std::unexpected(userns.error());
     if (!tree) err = tree.error().err ? tree.error().err : EINVAL;
   }
   close(release[1]);

@@ -220,7 +220,7 @@ Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>
     trees.push_back(std::move(*built));
   }
   for (const std::string& lower : prepared.lowers) {
-    auto tree = open_idmapped_tree(lower, userns->get());
+    auto tree = open_idmapped_tree(lower, userns->get(), prepared.spec.ids.host_base);
     if (!tree) return std::unexpected(tree.error());
     fds.push_back(tree->get());
     trees.push_back(std::move(*tree));

@@ -13,8 +13,9 @@ echo "== tests (RelWithDebInfo) =="
 ctest --test-dir build --output-on-failure -j"$jobs"
 
 echo "== cgroup tests on a pure cgroup-v2 kernel (qemu) =="
-./scripts/test-cgroupv2-vm.sh build/tests/cgroup/cgroup_integration_tests \
-  build/tests/cgroup/cgroup_unit_tests
+HUTCH_VM_FILES="$PWD/build/hutch" ./scripts/test-cgroupv2-vm.sh \
+  build/tests/cgroup/cgroup_integration_tests build/tests/cgroup/cgroup_unit_tests \
+  build/tests/integration/limits_e2e_tests
 
 echo "== tests (ASan/UBSan) =="
 HUTCH_BUILD_DIR=build-asan HUTCH_BUILD_TYPE=Debug HUTCH_CMAKE_ARGS=-DHUTCH_SANITIZE=ON ./scripts/setup.sh

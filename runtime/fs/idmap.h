@@ -2,6 +2,8 @@
 // files appear owned by the sandbox's root and copy-up into the upper layer keeps that owner.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "runtime/error.h"
@@ -12,6 +14,10 @@ namespace hutch {
 // A detached, read-only, nosuid, nodev clone of the mount at `path` (not its submounts), idmapped
 // through `userns_fd`. Needs CAP_SYS_ADMIN in the initial user namespace: the parent makes it and
 // the child attaches it with move_mount(2).
-Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd);
+// A layer whose root is already owned by `sandbox_root` (the host id of the sandbox's root: a
+// tree prepared for this id range, such as a sandbox's own upper layer) is cloned as it is: an
+// idmapping would shift its ids out of the range. Any other layer is idmapped, and refused with
+// an error saying so where its filesystem cannot be (tmpfs before Linux 6.3, NFS, ...).
+Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_t sandbox_root);
 
 }  // namespace hutch
