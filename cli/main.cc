@@ -4,11 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/options.h"
 #include "runtime/features.h"
@@ -124,7 +124,8 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
     spec.cgroup = false;
   }
   if (!valid_cgroup_parent(options.cgroup_parent)) {
-    return plain_error("cgroup parent", "\"" + options.cgroup_parent + "\" is not one name of [A-Za-z0-9._-]");
+    return plain_error("cgroup parent",
+                       "\"" + options.cgroup_parent + "\" is not one name of [A-Za-z0-9._-]");
   }
   spec.cgroup_parent = options.cgroup_parent;
 
@@ -144,12 +145,14 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
 
 int exit_status(const RunResult& result) {
   if (result.start_failed_at_exec) {
-    std::fprintf(stderr, "hutch: %s: %s\n", result.start_failure->c_str(), std::strerror(result.start_errno));
+    std::fprintf(stderr, "hutch: %s: %s\n", result.start_failure->c_str(),
+                 std::strerror(result.start_errno));
     return result.start_errno == ENOENT || result.start_errno == ENOTDIR ? kExitNotFound
                                                                          : kExitCannotExecute;
   }
   if (result.timed_out) return kExitTimeout;
-  if (result.oom_killed) std::fprintf(stderr, "hutch: the memory limit's OOM killer killed a process of the sandbox\n");
+  if (result.oom_killed)
+    std::fprintf(stderr, "hutch: the memory limit's OOM killer killed a process of the sandbox\n");
   if (result.term_signal != 0) return 128 + result.term_signal;
   return result.exit_code;
 }
@@ -158,7 +161,8 @@ void print_json(const RunResult& result, int status) {
   using std::chrono::duration;
   nlohmann::json record = {
       {"exit_code", status},
-      {"signal", result.term_signal == 0 ? nlohmann::json(nullptr) : nlohmann::json(result.term_signal)},
+      {"signal",
+       result.term_signal == 0 ? nlohmann::json(nullptr) : nlohmann::json(result.term_signal)},
       {"timed_out", result.timed_out},
       {"oom_killed", result.oom_killed},
       {"duration_ms", duration<double, std::milli>(result.duration).count()},
@@ -168,7 +172,8 @@ void print_json(const RunResult& result, int status) {
   };
   if (result.cpu_total) record["cpu_ms"] = duration<double, std::milli>(*result.cpu_total).count();
   if (result.peak_pids) record["peak_pids"] = *result.peak_pids;
-  if (result.start_failure) record["start_failure"] = *result.start_failure + ": " + std::strerror(result.start_errno);
+  if (result.start_failure)
+    record["start_failure"] = *result.start_failure + ": " + std::strerror(result.start_errno);
   std::fflush(stdout);
   std::printf("%s\n", record.dump().c_str());
 }
@@ -179,11 +184,13 @@ int run(const RunOptions& options, const std::string& state_dir) {
   auto result = run_sandbox(*spec);
   if (!result) {
     if (options.json) {
-      std::printf("%s\n", nlohmann::json{{"exit_code", kExitRuntimeFailure},
-                                         {"error", {{"step", result.error().step},
-                                                    {"message", result.error().message()}}}}
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json{
+              {"exit_code", kExitRuntimeFailure},
+              {"error", {{"step", result.error().step}, {"message", result.error().message()}}}}
+              .dump()
+              .c_str());
     }
     return fail(result.error());
   }
@@ -217,37 +224,51 @@ int main(int argc, char** argv) {
   CLI::App app{"hutch: lightweight Linux sandboxes from namespaces, overlayfs and seccomp"};
   app.require_subcommand(1);
   std::string state_dir = "/var/lib/hutch";
-  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0') state_dir = env;
-  app.add_option("--state-dir", state_dir, "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
+  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
+    state_dir = env;
+  app.add_option("--state-dir", state_dir,
+                 "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
 
   RunOptions options;
-  CLI::App* run_cmd = app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
-  run_cmd->add_option("--rootfs", options.rootfs, "\"host\" (embedded default) or a rootfs directory");
-  run_cmd->add_option("--timeout", options.timeout, "Kill the whole sandbox after DURATION (30s, 500ms, 2m); exit 124");
-  run_cmd->add_option("--env", options.env, "K=V for the sandbox (repeatable); the host environment is never inherited")
+  CLI::App* run_cmd =
+      app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
+  run_cmd->add_option("--rootfs", options.rootfs,
+                      "\"host\" (embedded default) or a rootfs directory");
+  run_cmd->add_option("--timeout", options.timeout,
+                      "Kill the whole sandbox after DURATION (30s, 500ms, 2m); exit 124");
+  run_cmd
+      ->add_option("--env", options.env,
+                   "K=V for the sandbox (repeatable); the host environment is never inherited")
       ->allow_extra_args(false);
-  run_cmd->add_option("--workdir", options.workdir, "Working directory inside (created if missing)");
+  run_cmd->add_option("--workdir", options.workdir,
+                      "Working directory inside (created if missing)");
   run_cmd->add_option("--hostname", options.hostname, "Hostname inside");
   run_cmd->add_option("--net", options.net, "none | loopback (default: new netns with loopback up)")
       ->check(CLI::IsMember({"none", "loopback"}));
-  run_cmd->add_option("--bind", options.binds, "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
+  run_cmd
+      ->add_option("--bind", options.binds,
+                   "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
       ->allow_extra_args(false);
   run_cmd->add_option("--uid", options.uid, "User id inside (default 0)");
   run_cmd->add_option("--gid", options.gid, "Group id inside (default 0)");
   run_cmd->add_option("--id-base", options.id_base, "Host id that the sandbox's id 0 maps to");
   run_cmd->add_option("--id-count", options.id_count, "How many ids are mapped");
   run_cmd->add_option("--disk", options.disk, "Cap of the writable layer and of /tmp (default 1G)");
-  run_cmd->add_option("--memory", options.memory, "Memory limit (512M, 2G); swap off; OOM kill -> exit 137");
-  run_cmd->add_option("--pids", options.pids, "Maximum number of processes and threads")->check(CLI::Range(1, 4194304));
+  run_cmd->add_option("--memory", options.memory,
+                      "Memory limit (512M, 2G); swap off; OOM kill -> exit 137");
+  run_cmd->add_option("--pids", options.pids, "Maximum number of processes and threads")
+      ->check(CLI::Range(1, 4194304));
   run_cmd->add_option("--cpus", options.cpus, "CPU time limit in CPUs (0.5 = half of one CPU)")
       ->check(CLI::Range(0.001, 4096.0));
   run_cmd->add_option("--cpu-weight", options.cpu_weight, "CPU weight 1..10000 (default 100)")
       ->check(CLI::Range(1, 10000));
   run_cmd->add_option("--cgroup-parent", options.cgroup_parent,
                       "Parent cgroup hutch owns at each hierarchy's root (default hutch)");
-  run_cmd->add_flag("--no-limits", options.no_limits,
-                    "No cgroup at all: no default limits, no cgroup stats (trusted workloads only)");
-  run_cmd->add_option("--seccomp-profile", options.seccomp_profile, "Seccomp profile JSON (default: built-in)");
+  run_cmd->add_flag(
+      "--no-limits", options.no_limits,
+      "No cgroup at all: no default limits, no cgroup stats (trusted workloads only)");
+  run_cmd->add_option("--seccomp-profile", options.seccomp_profile,
+                      "Seccomp profile JSON (default: built-in)");
   run_cmd->add_flag("--json", options.json, "Print a result record as the last line of stdout");
   run_cmd->add_option("command", options.command, "CMD [ARGS...] (after --)")->required();
 

@@ -12,12 +12,18 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   std::string_view unit(end, text.data() + text.size() - end);
   double scale = 0;
-  if (unit.empty() || unit == "s") scale = 1000;
-  else if (unit == "ms") scale = 1;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  if (ec != std::errc() || scale == 0 || !std::isfinite(value) || value <= 0 || value * scale > 1e12) {
-    return plain_error("duration", "\"" + std::string(text) + "\" is not a positive duration like 30s, 500ms, 2m");
+  if (unit.empty() || unit == "s")
+    scale = 1000;
+  else if (unit == "ms")
+    scale = 1;
+  else if (unit == "m")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  if (ec != std::errc() || scale == 0 || !std::isfinite(value) || value <= 0 ||
+      value * scale > 1e12) {
+    return plain_error(
+        "duration", "\"" + std::string(text) + "\" is not a positive duration like 30s, 500ms, 2m");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * scale)));
 }
@@ -27,13 +33,19 @@ Result<uint64_t> parse_size(std::string_view text) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   std::string_view unit(end, text.data() + text.size() - end);
   unsigned shift = 64;
-  if (unit.empty()) shift = 0;
-  else if (unit == "k" || unit == "K") shift = 10;
-  else if (unit == "m" || unit == "M") shift = 20;
-  else if (unit == "g" || unit == "G") shift = 30;
-  else if (unit == "t" || unit == "T") shift = 40;
+  if (unit.empty())
+    shift = 0;
+  else if (unit == "k" || unit == "K")
+    shift = 10;
+  else if (unit == "m" || unit == "M")
+    shift = 20;
+  else if (unit == "g" || unit == "G")
+    shift = 30;
+  else if (unit == "t" || unit == "T")
+    shift = 40;
   if (ec != std::errc() || shift == 64 || value == 0 || value > (UINT64_MAX >> shift)) {
-    return plain_error("size", "\"" + std::string(text) + "\" is not a positive size like 512M or 1G");
+    return plain_error("size",
+                       "\"" + std::string(text) + "\" is not a positive size like 512M or 1G");
   }
   return value << shift;
 }
@@ -41,21 +53,25 @@ Result<uint64_t> parse_size(std::string_view text) {
 Result<BindMount> parse_bind(std::string_view text) {
   BindMount bind;
   size_t first = text.find(':');
-  if (first == std::string_view::npos) return plain_error("bind", "\"" + std::string(text) + "\" is not SRC:DST[:ro|rw]");
+  if (first == std::string_view::npos)
+    return plain_error("bind", "\"" + std::string(text) + "\" is not SRC:DST[:ro|rw]");
   bind.source = std::string(text.substr(0, first));
   std::string_view rest = text.substr(first + 1);
   size_t second = rest.find(':');
   bind.target = std::string(rest.substr(0, second));
   if (second != std::string_view::npos) {
     std::string_view mode = rest.substr(second + 1);
-    if (mode == "rw") bind.read_only = false;
-    else if (mode != "ro") return plain_error("bind", "mode \"" + std::string(mode) + "\" is not ro or rw");
+    if (mode == "rw")
+      bind.read_only = false;
+    else if (mode != "ro")
+      return plain_error("bind", "mode \"" + std::string(mode) + "\" is not ro or rw");
   }
   if (bind.source.empty() || bind.source.find('\0') != std::string::npos) {
     return plain_error("bind", "empty source in \"" + std::string(text) + "\"");
   }
   if (!is_normal_absolute(bind.target) || bind.target == "/") {
-    return plain_error("bind", "target \"" + bind.target + "\" must be a normalized absolute path below /");
+    return plain_error("bind",
+                       "target \"" + bind.target + "\" must be a normalized absolute path below /");
   }
   return bind;
 }
@@ -67,11 +83,14 @@ Result<std::string> parse_env(std::string_view text) {
                (std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_') &&
                text.find('\0') == std::string_view::npos;
   for (char c : key) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-  if (!valid) return plain_error("env", "\"" + std::string(text) + "\" is not KEY=VALUE with KEY of [A-Za-z_][A-Za-z0-9_]*");
+  if (!valid)
+    return plain_error(
+        "env", "\"" + std::string(text) + "\" is not KEY=VALUE with KEY of [A-Za-z_][A-Za-z0-9_]*");
   return std::string(text);
 }
 
-std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides, uint32_t uid) {
+std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides,
+                                             uint32_t uid) {
   std::vector<std::string> env = {
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       uid == 0 ? "HOME=/root" : "HOME=/home/user",

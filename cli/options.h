@@ -27,6 +27,7 @@ Result<std::string> parse_env(std::string_view text);
 
 // The default environment plus `overrides` (later wins; entries that are not K=V are ignored:
 // validate them with parse_env first); never the host's environment.
-std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides, uint32_t uid);
+std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides,
+                                             uint32_t uid);
 
 }  // namespace hutch::cli

@@ -4,7 +4,6 @@
 #include <linux/openat2.h>
 #include <sched.h>
 #include <sys/mount.h>
-#include "runtime/process/pidfd.h"
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,6 +18,7 @@
 #include "runtime/cgroup/plan.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/ns/userns.h"
+#include "runtime/process/pidfd.h"
 #include "runtime/unique_fd.h"
 
 namespace hutch {
@@ -91,7 +91,8 @@ int probe_idmapped_mount() {
   }
   if (err == 0) {
     auto userns = open_userns(pid);
-    auto tree = userns ? open_idmapped_tree("/", userns->get(), IdMap{}.host_base) : std::unexpected(userns.error());
+    auto tree = userns ? open_idmapped_tree("/", userns->get(), IdMap{}.host_base)
+                       : std::unexpected(userns.error());
     if (!tree) err = tree.error().err ? tree.error().err : EINVAL;
   }
   close(release[1]);
@@ -104,9 +105,8 @@ int probe_idmapped_mount() {
 
 std::vector<Feature> probe_features() {
   std::vector<Feature> features;
-  features.push_back(from_errno("user namespaces", in_child([] {
-    return unshare(CLONE_NEWUSER) == 0 ? 0 : errno;
-  })));
+  features.push_back(from_errno("user namespaces",
+                                in_child([] { return unshare(CLONE_NEWUSER) == 0 ? 0 : errno; })));
   features.push_back(from_errno("overlayfs in a user namespace", probe_overlay_in_userns()));
   features.push_back(from_errno("idmapped mounts", probe_idmapped_mount()));
 
@@ -142,7 +142,8 @@ std::vector<Feature> probe_features() {
     features.push_back({"cgroup layout", false, layout.error().message()});
   }
   // Which hierarchy enforces each limit, planned one limit at a time so each gets its answer.
-  for (CgroupLimit limit : {CgroupLimit::kMemory, CgroupLimit::kPids, CgroupLimit::kCpus, CgroupLimit::kCpuWeight}) {
+  for (CgroupLimit limit :
+       {CgroupLimit::kMemory, CgroupLimit::kPids, CgroupLimit::kCpus, CgroupLimit::kCpuWeight}) {
     const std::string name = "limit " + std::string(limit_name(limit));
     if (!layout) {
       features.push_back({name, false, layout.error().message()});
@@ -160,9 +161,11 @@ std::vector<Feature> probe_features() {
     }
     for (const LimitEnforcement& enforced : plan->enforcement) {
       if (enforced.limit != limit) continue;
-      features.push_back({name, true, "enforced by cgroup " +
-                                          std::string(enforced.hierarchy.version == CgroupVersion::kV2 ? "v2" : "v1") +
-                                          " " + enforced.controller + " at " + enforced.hierarchy.mount_point});
+      features.push_back(
+          {name, true,
+           "enforced by cgroup " +
+               std::string(enforced.hierarchy.version == CgroupVersion::kV2 ? "v2" : "v1") + " " +
+               enforced.controller + " at " + enforced.hierarchy.mount_point});
     }
   }
   return features;

@@ -4,7 +4,6 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
-#include "runtime/process/pidfd.h"
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -28,6 +27,7 @@
 #include "runtime/fs/paths.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/child.h"
+#include "runtime/process/pidfd.h"
 #include "runtime/process/sync.h"
 #include "runtime/security/caps.h"
 #include "runtime/unique_fd.h"
@@ -36,8 +36,8 @@ namespace hutch {
 namespace {
 
 // The cgroup namespace comes later, from the child itself (see run_sandbox_child).
-constexpr uint64_t kNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                                 CLONE_NEWUTS | CLONE_NEWIPC;
+constexpr uint64_t kNamespaces =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 // The sandbox's init, seen from the parent. Until reaped, destruction kills it, and with it
@@ -107,7 +107,8 @@ std::chrono::microseconds to_us(const timeval& tv) {
 
 Result<std::string> canonical_dir(const std::string& path, const char* what) {
   char resolved[PATH_MAX];
-  if (realpath(path.c_str(), resolved) == nullptr) return sys_error("realpath", std::string(what) + " " + path);
+  if (realpath(path.c_str(), resolved) == nullptr)
+    return sys_error("realpath", std::string(what) + " " + path);
   struct stat st;
   if (stat(resolved, &st) != 0) return sys_error("stat", resolved);
   if (std::strcmp(what, "rootfs") == 0 && !S_ISDIR(st.st_mode)) {
@@ -201,7 +202,8 @@ Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
   SyncMessage ready{};
   ready.kind = SyncMessage::Kind::kMapsReady;
   ready.from = SyncMessage::From::kParent;
-  if (int err = send_sync(sync_fd, ready)) return sys_error("sendmsg", "maps ready to sandbox child", err);
+  if (int err = send_sync(sync_fd, ready))
+    return sys_error("sendmsg", "maps ready to sandbox child", err);
   return {};
 }
 
@@ -271,7 +273,8 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   // The sandbox's cgroups exist, limits written, before its first process: clone3 places the
   // child straight into the cgroup2 dir, and v1 hierarchies get it before it may run.
   // The skeleton's ~150 tmpfs entries are made on another thread while this one creates the
-  // cgroups and the namespaces (clone3 copies only the calling thread; the child allocates nothing).
+  // cgroups and the namespaces (clone3 copies only the calling thread; the child allocates
+  // nothing).
   std::future<Result<UniqueFd>> skeleton;
   if (prepared.host_rootfs) {
     skeleton = std::async(std::launch::async, build_skeleton_mount, std::cref(prepared.skeleton),
@@ -313,7 +316,8 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
     if (auto r = cgroup->attach(init.pid()); !r) return std::unexpected(r.error());
   }
   if (auto r = write_maps(prepared, init.pid(), sync.get()); !r) return std::unexpected(r.error());
-  if (auto r = send_layers(prepared, skeleton, init.pid(), sync.get()); !r) return std::unexpected(r.error());
+  if (auto r = send_layers(prepared, skeleton, init.pid(), sync.get()); !r)
+    return std::unexpected(r.error());
 
   RunResult result;
   std::optional<Error> setup_failure;
@@ -323,7 +327,8 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
       workload_ended = true;
       result.exit_code = message.exit_code;
       result.term_signal = message.term_signal;
-    } else if (message.kind == SyncMessage::Kind::kFailure && !setup_failure && !result.start_failure) {
+    } else if (message.kind == SyncMessage::Kind::kFailure && !setup_failure &&
+               !result.start_failure) {
       if (message.from == SyncMessage::From::kWorkload &&
           std::strcmp(message.error.step, "execve") == 0) {
         result.start_failure = std::string(message.error.step) + "(" + message.error.detail + ")";
@@ -336,11 +341,14 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   };
 
   const int64_t deadline =
-      input.timeout ? started + std::chrono::duration_cast<std::chrono::microseconds>(*input.timeout).count()
-                    : INT64_MAX;
+      input.timeout
+          ? started + std::chrono::duration_cast<std::chrono::microseconds>(*input.timeout).count()
+          : INT64_MAX;
   bool sync_open = true;
   for (;;) {
-    pollfd fds[3] = {{init.pidfd(), POLLIN, 0}, {signals.fd(), POLLIN, 0}, {sync_open ? sync.get() : -1, POLLIN, 0}};
+    pollfd fds[3] = {{init.pidfd(), POLLIN, 0},
+                     {signals.fd(), POLLIN, 0},
+                     {sync_open ? sync.get() : -1, POLLIN, 0}};
     int timeout_ms = -1;
     if (deadline != INT64_MAX && !result.timed_out) {
       timeout_ms = static_cast<int>(std::max<int64_t>(0, (deadline - now_us() + 999) / 1000));
@@ -358,8 +366,10 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
     if (fds[2].revents != 0) {
       SyncMessage message{};
       long n = recv_sync(sync.get(), &message);
-      if (n > 0) take_message(message);
-      else sync_open = false;
+      if (n > 0)
+        take_message(message);
+      else
+        sync_open = false;
     }
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
@@ -374,14 +384,17 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   auto reaped = init.reap(&usage);
   if (!reaped) return std::unexpected(reaped.error());
   // Messages sent just before init exited.
-  for (SyncMessage message{}; sync_open && recv_sync(sync.get(), &message, nullptr, nullptr, true) > 0;) {
+  for (SyncMessage message{};
+       sync_open && recv_sync(sync.get(), &message, nullptr, nullptr, true) > 0;) {
     take_message(message);
   }
   if (setup_failure) return std::unexpected(*setup_failure);
   if (!workload_ended && !result.timed_out) {
     // Init died without reporting: a kill from outside or a runtime bug; report its status.
-    if (reaped->si_code == CLD_EXITED) result.exit_code = reaped->si_status;
-    else result.term_signal = reaped->si_status;
+    if (reaped->si_code == CLD_EXITED)
+      result.exit_code = reaped->si_status;
+    else
+      result.term_signal = reaped->si_status;
   }
   result.duration = std::chrono::microseconds(now_us() - started);
   result.cpu_user = to_us(usage.ru_utime);

@@ -60,7 +60,7 @@ struct RunResult {
   bool start_failed_at_exec = false;  // the failing step was execve itself (126/127 territory)
   bool oom_killed = false;  // the memory limit's OOM killer killed a process of the sandbox
   std::chrono::microseconds duration{0};
-  std::chrono::microseconds cpu_user{0};    // of reaped processes (wait4 rusage)
+  std::chrono::microseconds cpu_user{0};  // of reaped processes (wait4 rusage)
   std::chrono::microseconds cpu_system{0};
   std::optional<std::chrono::microseconds> cpu_total;  // the sandbox cgroup's own usage
   uint64_t peak_memory_bytes = 0;  // the cgroup's peak, else the largest resident set

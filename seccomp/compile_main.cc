@@ -35,13 +35,16 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < program->filters.size(); ++i) {
     out << "const sock_filter kFilter" << i << "[] = {\n";
     for (const sock_filter& insn : program->filters[i]) {
-      out << "    {" << insn.code << ", " << int{insn.jt} << ", " << int{insn.jf} << ", " << insn.k << "u},\n";
+      out << "    {" << insn.code << ", " << int{insn.jt} << ", " << int{insn.jf} << ", " << insn.k
+          << "u},\n";
     }
     out << "};\n";
   }
-  out << "}  // namespace\n\nSeccompProgram default_seccomp_program() {\n  SeccompProgram program;\n";
+  out << "}  // namespace\n\nSeccompProgram default_seccomp_program() {\n  SeccompProgram "
+         "program;\n";
   for (size_t i = 0; i < program->filters.size(); ++i) {
-    out << "  program.filters.emplace_back(std::begin(kFilter" << i << "), std::end(kFilter" << i << "));\n";
+    out << "  program.filters.emplace_back(std::begin(kFilter" << i << "), std::end(kFilter" << i
+        << "));\n";
   }
   out << "  return program;\n}\n\n}  // namespace hutch\n";
   std::ofstream file(argv[2]);

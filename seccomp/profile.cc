@@ -13,8 +13,9 @@ struct ErrnoName {
   const char* name;
   int value;
 };
-constexpr ErrnoName kErrnoNames[] = {{"EPERM", EPERM},   {"ENOSYS", ENOSYS}, {"EACCES", EACCES},
-                                     {"EINVAL", EINVAL}, {"ENOENT", ENOENT}, {"EAFNOSUPPORT", EAFNOSUPPORT}};
+constexpr ErrnoName kErrnoNames[] = {{"EPERM", EPERM},   {"ENOSYS", ENOSYS},
+                                     {"EACCES", EACCES}, {"EINVAL", EINVAL},
+                                     {"ENOENT", ENOENT}, {"EAFNOSUPPORT", EAFNOSUPPORT}};
 
 int errno_from_name(const std::string& name) {
   for (const ErrnoName& entry : kErrnoNames) {
@@ -37,7 +38,8 @@ uint64_t number(const json& value) {
     throw std::invalid_argument("not a decimal or 0x-hex number: \"" + text + "\"");
   }
   uint64_t parsed = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed, hex ? 16 : 10);
+  auto [end, ec] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), parsed, hex ? 16 : 10);
   if (ec != std::errc() || end != digits.data() + digits.size()) {
     throw std::invalid_argument("number out of range: \"" + text + "\"");
   }
@@ -62,8 +64,10 @@ ConditionalRule conditional(const json& entry) {
     cmp.value = number(arg.at("value"));
     rule.args.push_back(cmp);
   }
-  if (rule.args.empty()) throw std::invalid_argument(rule.syscall + ": a conditional rule needs args");
-  if (entry.contains("errno")) rule.errno_value = errno_from_name(entry.at("errno").get<std::string>());
+  if (rule.args.empty())
+    throw std::invalid_argument(rule.syscall + ": a conditional rule needs args");
+  if (entry.contains("errno"))
+    rule.errno_value = errno_from_name(entry.at("errno").get<std::string>());
   return rule;
 }
 
@@ -75,7 +79,8 @@ Result<SeccompPolicy> parse_seccomp_profile(std::string_view text) {
     SeccompPolicy policy;
     policy.default_errno = errno_from_name(doc.at("default_errno").get<std::string>());
     policy.allow = doc.value("allow", std::vector<std::string>{});
-    for (const json& entry : doc.value("allow_if", json::array())) policy.allow_if.push_back(conditional(entry));
+    for (const json& entry : doc.value("allow_if", json::array()))
+      policy.allow_if.push_back(conditional(entry));
     for (const json& entry : doc.value("errno", json::array())) {
       policy.errno_rules.push_back({entry.at("syscalls").get<std::vector<std::string>>(),
                                     errno_from_name(entry.at("errno").get<std::string>())});
@@ -83,7 +88,8 @@ Result<SeccompPolicy> parse_seccomp_profile(std::string_view text) {
     policy.deny = doc.value("deny", std::vector<std::string>{});
     for (const json& entry : doc.value("deny_if", json::array())) {
       ConditionalRule rule = conditional(entry);
-      if (rule.errno_value == 0) throw std::invalid_argument(rule.syscall + ": deny_if needs errno");
+      if (rule.errno_value == 0)
+        throw std::invalid_argument(rule.syscall + ": deny_if needs errno");
       policy.deny_if.push_back(std::move(rule));
     }
     return policy;

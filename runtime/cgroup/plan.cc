@@ -159,7 +159,8 @@ uint64_t cpu_weight_to_shares(uint32_t weight) {
 
 bool valid_cgroup_parent(std::string_view name) {
   if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
-  return name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+  return name.find_first_not_of(
+             "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
          std::string_view::npos;
 }
 

@@ -146,7 +146,8 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
                                  const std::function<bool(std::string_view id)>& is_live,
                                  std::string_view parent_name) {
   if (!valid_cgroup_parent(parent_name)) {
-    return plain_error("cgroup parent", "\"" + std::string(parent_name) + "\" is not one name of [A-Za-z0-9._-]");
+    return plain_error("cgroup parent",
+                       "\"" + std::string(parent_name) + "\" is not one name of [A-Za-z0-9._-]");
   }
   Result<std::vector<CgroupMembership>> own = read_own_cgroups();
   if (!own) return std::unexpected(own.error());

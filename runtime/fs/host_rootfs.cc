@@ -44,16 +44,18 @@ Result<std::vector<HostRootfsRule>> parse_host_rootfs_list(std::string_view text
     if (verb.empty() || verb[0] == '#') continue;
     const std::string where = "line " + std::to_string(number) + ": ";
     if (!is_normal_absolute(path) || path == "/") {
-      return plain_error("host rootfs list", where + "\"" + path + "\" is not a normalized absolute path");
+      return plain_error("host rootfs list",
+                         where + "\"" + path + "\" is not a normalized absolute path");
     }
     if (verb == "show" && mode.empty()) {
       rules.push_back({HostRootfsRule::Kind::kShow, path, 0});
     } else if (verb == "empty" && !mode.empty() && extra.empty() &&
                mode.find_first_not_of("01234567") == std::string::npos && mode.size() <= 4) {
-      rules.push_back({HostRootfsRule::Kind::kEmpty, path,
-                       static_cast<mode_t>(std::stoul(mode, nullptr, 8))});
+      rules.push_back(
+          {HostRootfsRule::Kind::kEmpty, path, static_cast<mode_t>(std::stoul(mode, nullptr, 8))});
     } else {
-      return plain_error("host rootfs list", where + "expected \"show PATH\" or \"empty PATH MODE\"");
+      return plain_error("host rootfs list",
+                         where + "expected \"show PATH\" or \"empty PATH MODE\"");
     }
   }
   // A rule inside a shown or emptied directory would silently hide more than it says.
@@ -113,8 +115,8 @@ Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries,
   UniqueFd context(fsopen("tmpfs", FSOPEN_CLOEXEC));
   if (!context) return sys_error("fsopen", "tmpfs (skeleton)");
   const std::string id = std::to_string(owner);
-  for (auto [key, value] : {std::pair{"mode", "0755"}, {"size", "1m"}, {"uid", id.c_str()},
-                            {"gid", id.c_str()}}) {
+  for (auto [key, value] :
+       {std::pair{"mode", "0755"}, {"size", "1m"}, {"uid", id.c_str()}, {"gid", id.c_str()}}) {
     if (fsconfig(context.get(), FSCONFIG_SET_STRING, key, value, 0) != 0) {
       return sys_error("fsconfig", std::string("tmpfs ") + key + "=" + value);
     }
@@ -129,12 +131,14 @@ Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries,
     const char* path = entry.path.c_str() + 1;  // relative to the tmpfs root
     if (entry.kind == SkeletonEntry::Kind::kWhiteout) {
       // Overlayfs reads a 0/0 character device in a lower layer as "deleted here".
-      if (mknodat(root.get(), path, S_IFCHR | 0, makedev(0, 0)) != 0) return sys_error("mknodat", entry.path);
+      if (mknodat(root.get(), path, S_IFCHR | 0, makedev(0, 0)) != 0)
+        return sys_error("mknodat", entry.path);
       continue;
     }
     if (mkdirat(root.get(), path, entry.mode) != 0) return sys_error("mkdirat", entry.path);
     if (fchmodat(root.get(), path, entry.mode, 0) != 0) return sys_error("fchmodat", entry.path);
-    if (fchownat(root.get(), path, owner, owner, AT_SYMLINK_NOFOLLOW) != 0) return sys_error("fchownat", entry.path);
+    if (fchownat(root.get(), path, owner, owner, AT_SYMLINK_NOFOLLOW) != 0)
+      return sys_error("fchownat", entry.path);
     if (entry.kind == SkeletonEntry::Kind::kOpaqueDir) {
       UniqueFd dir(openat(root.get(), path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       // The sandbox mounts its overlay with "userxattr", so overlayfs reads user.overlay.*.

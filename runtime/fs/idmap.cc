@@ -22,13 +22,16 @@ Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_
   }
   if (mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) == 0) return tree;
   if (idmap && errno == EINVAL) {
-    return sys_error("mount_setattr",
-                     "MOUNT_ATTR_IDMAP on " + path + ": its filesystem cannot be idmapped; use one "
-                     "that can (ext4, xfs, btrfs, tmpfs on Linux 6.3+) or chown the rootfs to " +
-                         std::to_string(sandbox_root),
-                     EINVAL);
+    return sys_error(
+        "mount_setattr",
+        "MOUNT_ATTR_IDMAP on " + path +
+            ": its filesystem cannot be idmapped; use one "
+            "that can (ext4, xfs, btrfs, tmpfs on Linux 6.3+) or chown the rootfs to " +
+            std::to_string(sandbox_root),
+        EINVAL);
   }
-  return sys_error("mount_setattr", std::string(idmap ? "MOUNT_ATTR_IDMAP" : "MOUNT_ATTR_RDONLY") + " on " + path);
+  return sys_error("mount_setattr",
+                   std::string(idmap ? "MOUNT_ATTR_IDMAP" : "MOUNT_ATTR_RDONLY") + " on " + path);
 }
 
 }  // namespace hutch

@@ -105,7 +105,8 @@ bool make_dirs_beneath(int root_fd, const MountOp& op, ChildError* error) {
 }
 
 bool attach(int tree_fd, int target_fd, const char* what, ChildError* error) {
-  if (move_mount(tree_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
+  if (move_mount(tree_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
     return fail(error, "move_mount", what);
   }
   return true;
@@ -121,8 +122,9 @@ bool mount_fs(int root_fd, const MountOp& op, unsigned long long attrs, ChildErr
   Fd context(fsopen(op.fstype.c_str(), FSOPEN_CLOEXEC));
   if (context.fd < 0) return fail(error, "fsopen", op.fstype.c_str());
   for (const auto& [key, value] : op.options) {
-    int rc = value.empty() ? fsconfig(context.fd, FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
-                           : fsconfig(context.fd, FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
+    int rc = value.empty()
+                 ? fsconfig(context.fd, FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
+                 : fsconfig(context.fd, FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
     if (rc != 0) return fail(error, "fsconfig", key.c_str());
   }
   if (fsconfig(context.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
@@ -173,8 +175,10 @@ bool bind_host(int root_fd, const char* source, const char* target, bool read_on
 
 bool make_read_only(int root_fd, const MountOp& op, ChildError* error) {
   Fd target(open_beneath(root_fd, op.path.c_str(), O_PATH));
-  if (target.fd < 0) return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
-  Fd tree(open_tree(target.fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));
+  if (target.fd < 0)
+    return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
+  Fd tree(
+      open_tree(target.fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE));
   if (tree.fd < 0) return fail(error, "open_tree", op.path.c_str());
   mount_attr attr{};
   attr.attr_set = MOUNT_ATTR_RDONLY;
@@ -189,7 +193,8 @@ bool write_file(int root_fd, const MountOp& op, ChildError* error) {
   Fd dir(open_parent_beneath(root_fd, op.path.c_str(), parent, name));
   if (dir.fd < 0) return fail(error, "openat2(no symlinks)", parent);
   if (op.kind == MountOp::Kind::kSymlink) {
-    if (symlinkat(op.source.c_str(), dir.fd, name) != 0) return fail(error, "symlinkat", op.path.c_str());
+    if (symlinkat(op.source.c_str(), dir.fd, name) != 0)
+      return fail(error, "symlinkat", op.path.c_str());
     return true;
   }
   Fd file(openat(dir.fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, op.mode));
@@ -215,15 +220,17 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
       return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, error);
     case MountOp::Kind::kMaskFile: {
       Fd exists(open_beneath(root_fd, op.path.c_str(), O_PATH));
-      if (exists.fd < 0) return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
+      if (exists.fd < 0)
+        return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
       return bind_host(root_fd, "/dev/null", op.path.c_str(), true, error);
     }
     case MountOp::Kind::kMaskDir: {
       MountOp tmpfs = op;
       tmpfs.fstype = "tmpfs";
       tmpfs.options = {};
-      return mount_fs(root_fd, tmpfs, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                          MOUNT_ATTR_NOEXEC, error);
+      return mount_fs(root_fd, tmpfs,
+                      MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                      error);
     }
     case MountOp::Kind::kReadOnly:
       return make_read_only(root_fd, op, error);
@@ -268,7 +275,8 @@ bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError*
       return fail(error, "move_mount", dir);
     }
   }
-  if (mount("overlay", kNewRoot, "overlay", MS_NOSUID | MS_NODEV, plan.overlay_options.c_str()) != 0) {
+  if (mount("overlay", kNewRoot, "overlay", MS_NOSUID | MS_NODEV, plan.overlay_options.c_str()) !=
+      0) {
     return fail(error, "mount", "overlay on /root");
   }
   return true;

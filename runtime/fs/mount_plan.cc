@@ -65,14 +65,15 @@ std::string generate_group(gid_t gid) {
 }
 
 std::string generate_hosts(const std::string& hostname) {
-  return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" +
-         hostname + "\n";
+  return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname +
+         "\n";
 }
 
 Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) {
   if (lower_count == 0) return plain_error("mount plan", "no lower layer");
   if (!is_normal_absolute(spec.workdir)) {
-    return plain_error("mount plan", "workdir \"" + spec.workdir + "\" is not a normalized absolute path");
+    return plain_error("mount plan",
+                       "workdir \"" + spec.workdir + "\" is not a normalized absolute path");
   }
   MountPlan plan;
   plan.lower_count = lower_count;
@@ -88,11 +89,13 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) 
   const std::string size = std::to_string(spec.disk_bytes);
 
   ops.push_back(mkdir_op("/proc", 0555));
-  ops.push_back(fs_op("proc", "/proc",
-                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, {}));
-  for (const std::string& path : kMaskedProcFiles) ops.push_back(op(MountOp::Kind::kMaskFile, path));
+  ops.push_back(
+      fs_op("proc", "/proc", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, {}));
+  for (const std::string& path : kMaskedProcFiles)
+    ops.push_back(op(MountOp::Kind::kMaskFile, path));
   for (const std::string& path : kMaskedProcDirs) ops.push_back(op(MountOp::Kind::kMaskDir, path));
-  for (const std::string& path : kReadOnlyProcPaths) ops.push_back(op(MountOp::Kind::kReadOnly, path));
+  for (const std::string& path : kReadOnlyProcPaths)
+    ops.push_back(op(MountOp::Kind::kReadOnly, path));
 
   ops.push_back(mkdir_op("/dev", 0755));
   ops.push_back(fs_op("tmpfs", "/dev", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
@@ -126,7 +129,8 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) 
   ops.push_back(file_op(MountOp::Kind::kWriteFile, "/etc/hosts", generate_hosts(spec.hostname)));
   ops.push_back(file_op(MountOp::Kind::kWriteFile, "/etc/resolv.conf",
                         "# hutch: this sandbox has no network beyond loopback\n"));
-  ops.push_back(file_op(MountOp::Kind::kWriteFile, "/etc/passwd", generate_passwd(spec.uid, spec.gid)));
+  ops.push_back(
+      file_op(MountOp::Kind::kWriteFile, "/etc/passwd", generate_passwd(spec.uid, spec.gid)));
   ops.push_back(file_op(MountOp::Kind::kWriteFile, "/etc/group", generate_group(spec.gid)));
   if (spec.uid != 0) {
     ops.push_back(mkdir_op("/home", 0755));
@@ -135,7 +139,8 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) 
 
   for (const BindMount& bind : spec.binds) {
     if (!is_normal_absolute(bind.target) || bind.target == "/") {
-      return plain_error("bind", "target \"" + bind.target + "\" is not a normalized absolute path below /");
+      return plain_error(
+          "bind", "target \"" + bind.target + "\" is not a normalized absolute path below /");
     }
     if (!is_normal_absolute(bind.source)) {
       return plain_error("bind", "source \"" + bind.source + "\" is not canonical");

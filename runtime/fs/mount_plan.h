@@ -31,7 +31,7 @@ struct MountOp {
   std::string source;
   std::string fstype;
   std::vector<std::pair<std::string, std::string>> options;  // fsconfig key, value ("" = flag)
-  unsigned long long attrs = 0;                               // MOUNT_ATTR_* for kMountFs
+  unsigned long long attrs = 0;                              // MOUNT_ATTR_* for kMountFs
   mode_t mode = 0755;
   uid_t uid = 0;
   gid_t gid = 0;

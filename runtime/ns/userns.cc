@@ -31,7 +31,8 @@ Result<void> validate_id_map(const IdMap& ids) {
 }
 
 Result<void> write_id_maps(pid_t pid, const IdMap& ids) {
-  const std::string map = "0 " + std::to_string(ids.host_base) + " " + std::to_string(ids.count) + "\n";
+  const std::string map =
+      "0 " + std::to_string(ids.host_base) + " " + std::to_string(ids.count) + "\n";
   const std::string proc = "/proc/" + std::to_string(pid);
   if (auto r = write_file(proc + "/uid_map", map); !r) return r;
   return write_file(proc + "/gid_map", map);

@@ -1,9 +1,9 @@
 #include "runtime/process/child.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sched.h>
 #include <signal.h>
-#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -78,14 +78,17 @@ namespace {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
-  if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
-  if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
+  if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0)
+    die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
+  if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0)
+    die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
   const char* step = nullptr;
   if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
   if (chdir(plan.workdir) != 0) die_step(sync_fd, from, "chdir", plan.workdir, errno);
   // Nothing of the runtime's may reach the workload (CVE-2024-21626): every fd above stdio is
   // closed at execve, the sync socket included.
-  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) die_step(sync_fd, from, "close_range", "3..", errno);
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+    die_step(sync_fd, from, "close_range", "3..", errno);
   exec_workload(plan);
 }
 
@@ -95,10 +98,12 @@ namespace {
   constexpr auto from = SyncMessage::From::kInit;
   const int sync_fd = plan.sync_fd;
   // If hutch dies, the sandbox dies with it.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die_step(sync_fd, from, "prctl", "PR_SET_PDEATHSIG", errno);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "prctl", "PR_SET_PDEATHSIG", errno);
   // Non-dumpable: the workload (same ids) cannot open /proc/1/{mem,exe,fd} of this process,
   // which still is hutch's own binary (CVE-2019-5736).
-  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die_step(sync_fd, from, "prctl", "PR_SET_DUMPABLE", errno);
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "prctl", "PR_SET_DUMPABLE", errno);
 
   SyncMessage ready{};
   if (recv_sync(sync_fd, &ready) <= 0 || ready.kind != SyncMessage::Kind::kMapsReady) {
@@ -110,8 +115,10 @@ namespace {
   // The id maps exist now: become the namespace's root, so that files this process creates
   // get the mapped owner rather than an unmappable host root (EOVERFLOW), and shed host root's
   // supplementary groups.
-  if (syscall(SYS_setresgid, 0, 0, 0) != 0) die_step(sync_fd, from, "setresgid", "0 in the sandbox", errno);
-  if (syscall(SYS_setresuid, 0, 0, 0) != 0) die_step(sync_fd, from, "setresuid", "0 in the sandbox", errno);
+  if (syscall(SYS_setresgid, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "setresgid", "0 in the sandbox", errno);
+  if (syscall(SYS_setresuid, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "setresuid", "0 in the sandbox", errno);
   if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
 
   if (sethostname(plan.hostname, std::strlen(plan.hostname)) != 0) {
@@ -144,14 +151,17 @@ namespace {
   if (!pivot_into_root(&error)) die(sync_fd, from, error, 125);
 
   rlimit no_core{0, 0};
-  if (setrlimit(RLIMIT_CORE, &no_core) != 0) die_step(sync_fd, from, "setrlimit", "RLIMIT_CORE 0", errno);
+  if (setrlimit(RLIMIT_CORE, &no_core) != 0)
+    die_step(sync_fd, from, "setrlimit", "RLIMIT_CORE 0", errno);
 
   // Confinement that init and the workload share, applied once before the fork: the seccomp
   // filter costs the kernel ~0.1 ms to load (it precomputes its action cache), and what the
   // workload still does after the fork only drops privileges, all of it on the allowlist.
   const char* step = nullptr;
-  if (int err = drop_bounding_and_lock_securebits(plan.last_cap, &step)) die_step(sync_fd, from, step, "", err);
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die_step(sync_fd, from, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
+  if (int err = drop_bounding_and_lock_securebits(plan.last_cap, &step))
+    die_step(sync_fd, from, step, "", err);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
   if (int err = load_seccomp(*plan.seccomp)) die_step(sync_fd, from, "seccomp", "load", err);
 
   // Blocked before the fork so that no signal is lost between fork and init's wait loop.

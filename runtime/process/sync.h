@@ -12,7 +12,7 @@ struct SyncMessage {
     kMapsReady = 1,  // parent -> child: the id maps are written
     kLayers,         // parent -> child: carries the lower trees, topmost first
     kFailure,        // child -> parent: a step failed (error)
-    kWorkloadExit,  // init -> parent: the workload ended (exit_code or term_signal)
+    kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;
@@ -25,7 +25,8 @@ struct SyncMessage {
 constexpr int kMaxPassedFds = 8;
 
 // Both async-signal-safe. send_sync returns 0 or errno; recv_sync returns the byte count
-// (0 at EOF) or -errno (-EAGAIN when nonblocking and nothing is queued), and stores up to *fd_count received fds (O_CLOEXEC) in fds.
+// (0 at EOF) or -errno (-EAGAIN when nonblocking and nothing is queued), and stores up to *fd_count
+// received fds (O_CLOEXEC) in fds.
 int send_sync(int sock, const SyncMessage& message, const int* fds = nullptr, int fd_count = 0);
 long recv_sync(int sock, SyncMessage* message, int* fds = nullptr, int* fd_count = nullptr,
                bool nonblocking = false);

@@ -16,10 +16,10 @@ int last_capability() { return static_cast<int>(cap_max_bits()) - 1; }
 int drop_bounding_and_lock_securebits(int last_cap, const char** failed_step) {
   // NOROOT: uid 0 gains nothing at execve; NO_SETUID_FIXUP: setuid neither grants nor keeps;
   // each flag locked so the workload cannot undo it.
-  constexpr unsigned long kSecurebits =
-      SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
-      SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+  constexpr unsigned long kSecurebits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
+                                        SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
+                                        SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                                        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
   if (prctl(PR_SET_SECUREBITS, kSecurebits, 0, 0, 0) != 0) {
     *failed_step = "prctl(PR_SET_SECUREBITS)";
     return errno;

@@ -23,7 +23,8 @@ std::unexpected<Error> scmp_error(std::string_view what, std::string detail, int
 
 Result<int> resolve(const std::string& name) {
   int nr = seccomp_syscall_resolve_name(name.c_str());
-  if (nr == __NR_SCMP_ERROR) return plain_error("seccomp policy", "unknown syscall \"" + name + "\"");
+  if (nr == __NR_SCMP_ERROR)
+    return plain_error("seccomp policy", "unknown syscall \"" + name + "\"");
   return nr;
 }
 
@@ -90,14 +91,16 @@ Result<SeccompProgram> compile_seccomp(const SeccompPolicy& policy) {
                    std::ranges::any_of(policy.allow_if, [&](const ConditionalRule& rule) {
                      return rule.syscall == name;
                    });
-    if (allowed) return plain_error("seccomp policy", "\"" + name + "\" is both allowed and denied");
+    if (allowed)
+      return plain_error("seccomp policy", "\"" + name + "\" is both allowed and denied");
   }
 
   SeccompProgram program;
   auto main = new_filter(SCMP_ACT_ERRNO(policy.default_errno));
   if (!main) return std::unexpected(main.error());
   for (const std::string& name : policy.allow) {
-    if (auto r = add_rule(main->get(), SCMP_ACT_ALLOW, name, {}); !r) return std::unexpected(r.error());
+    if (auto r = add_rule(main->get(), SCMP_ACT_ALLOW, name, {}); !r)
+      return std::unexpected(r.error());
   }
   for (const ConditionalRule& rule : policy.allow_if) {
     auto cmps = to_scmp(rule);

@@ -35,11 +35,11 @@ struct ErrnoRule {
 // An allowlist. Everything not allowed fails with default_errno; non-native ABIs are killed.
 struct SeccompPolicy {
   int default_errno = 1;
-  std::vector<std::string> allow;              // allowed unconditionally
-  std::vector<ConditionalRule> allow_if;       // allowed when one rule's args all hold
-  std::vector<ErrnoRule> errno_rules;          // fail with a specific errno (e.g. ENOSYS)
-  std::vector<std::string> deny;               // documented denials: must not be allowed
-  std::vector<ConditionalRule> deny_if;        // denied when args hold, though otherwise allowed
+  std::vector<std::string> allow;         // allowed unconditionally
+  std::vector<ConditionalRule> allow_if;  // allowed when one rule's args all hold
+  std::vector<ErrnoRule> errno_rules;     // fail with a specific errno (e.g. ENOSYS)
+  std::vector<std::string> deny;          // documented denials: must not be allowed
+  std::vector<ConditionalRule> deny_if;   // denied when args hold, though otherwise allowed
 };
 
 // The compiled filters. Conditional denials of allowed syscalls live in a second filter:

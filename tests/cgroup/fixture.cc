@@ -79,13 +79,13 @@ void CgroupHostTest::SetUp() {
   HUTCH_REQUIRE(geteuid() == 0, "not root: creating cgroups needs root");
   Result<CgroupLayout> layout = read_cgroup_layout();
   HUTCH_REQUIRE(layout.has_value(), "cannot read the cgroup layout: " +
-                                             (layout ? std::string() : layout.error().message()));
+                                        (layout ? std::string() : layout.error().message()));
   layout_ = *layout;
   HUTCH_REQUIRE(layout_.mode() != "none", "no cgroup hierarchy is mounted");
   CgroupLimits every_limit{uint64_t{64} << 20, 32, 0.5, 100};
   Result<CgroupPlan> plan = plan_cgroups(layout_, every_limit);
   HUTCH_REQUIRE(plan.has_value(), "this host cannot enforce every limit (" + layout_.mode() +
-                                           "): " + (plan ? std::string() : plan.error().message()));
+                                      "): " + (plan ? std::string() : plan.error().message()));
   // Orphans of the tests' double forks come back to us to be reaped.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   Result<std::string> id = make_sandbox_cgroup_id(0);

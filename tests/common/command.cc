@@ -12,8 +12,10 @@ namespace hutch::testing {
 
 CommandResult run_command(const std::vector<std::string>& argv, const CommandOptions& options) {
   int out[2], err[2], in[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) abort();
-  std::vector<std::string> env = options.env.empty() ? std::vector<std::string>{"PATH=/usr/bin:/bin"} : options.env;
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0)
+    abort();
+  std::vector<std::string> env =
+      options.env.empty() ? std::vector<std::string>{"PATH=/usr/bin:/bin"} : options.env;
   std::vector<char*> args, envp;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -45,7 +47,9 @@ CommandResult run_command(const std::vector<std::string>& argv, const CommandOpt
   while (open_streams > 0) {
     int timeout = -1;
     if (!signalled) {
-      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
       timeout = std::max<int>(0, options.signal_after_ms - static_cast<int>(waited));
     }
     int ready = poll(fds, 2, timeout);
@@ -69,7 +73,8 @@ CommandResult run_command(const std::vector<std::string>& argv, const CommandOpt
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }

@@ -19,8 +19,8 @@ struct CommandOptions {
   std::vector<std::string> env;  // the complete environment; empty means {"PATH=/usr/bin:/bin"}
   std::string stdin_data;
   std::optional<int> signal_after_ms_signal;  // send this signal ...
-  int signal_after_ms = 0;                     // ... this long after start
-  std::vector<int> inherit_fds;                // fds the child keeps (tests of fd leaks)
+  int signal_after_ms = 0;                    // ... this long after start
+  std::vector<int> inherit_fds;               // fds the child keeps (tests of fd leaks)
 };
 
 CommandResult run_command(const std::vector<std::string>& argv, const CommandOptions& options = {});

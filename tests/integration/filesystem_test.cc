@@ -33,7 +33,8 @@ class TempDir {
 void make_busybox_rootfs(const std::string& root) {
   fs::create_directories(root + "/bin");
   fs::copy_file("/bin/busybox", root + "/bin/busybox");
-  for (const char* applet : {"sh", "echo", "cat", "ls", "id", "touch", "stat", "mount", "readlink"}) {
+  for (const char* applet :
+       {"sh", "echo", "cat", "ls", "id", "touch", "stat", "mount", "readlink"}) {
     fs::create_symlink("busybox", root + "/bin/" + applet);
   }
 }
@@ -43,7 +44,8 @@ TEST(Filesystem, WritesLandInTheUpperLayerNeverInTheLower) {
   const std::string name = "hutch-test-" + std::to_string(getpid());
   auto r = hutch_sh("echo data > /usr/local/bin/" + name + " && cat /usr/local/bin/" + name +
                     " && echo x >> /etc/bash.bashrc && rm /usr/bin/env && "
-                    "test ! -e /usr/bin/env && stat -c owner=%u /usr/local/bin/" + name);
+                    "test ! -e /usr/bin/env && stat -c owner=%u /usr/local/bin/" +
+                    name);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "data\nowner=0\n");
   EXPECT_FALSE(fs::exists("/usr/local/bin/" + name));
@@ -55,7 +57,8 @@ TEST(Filesystem, WritesLandInTheUpperLayerNeverInTheLower) {
 
 TEST(Filesystem, HostToolsWorkAtOnce) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch({"run", "--", "python3", "-c", "import json, sys; print(json.dumps({'ok': sys.version_info[0]}))"});
+  auto r = hutch({"run", "--", "python3", "-c",
+                  "import json, sys; print(json.dumps({'ok': sys.version_info[0]}))"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "{\"ok\": 3}\n");
   EXPECT_EQ(hutch_sh("echo $((6*7)) | cat").out, "42\n");
@@ -66,7 +69,8 @@ TEST(Filesystem, HostSecretsAreInvisible) {
   ASSERT_TRUE(fs::exists("/etc/shadow"));
   auto r = hutch_sh(
       "for p in /etc/shadow /etc/gshadow /etc/ssh /etc/ssl/private /root/.bashrc /var/lib/hutch "
-      "/run/systemd /boot /sys " PROBE_BINARY " " HUTCH_BINARY "; do [ -e $p ] && echo visible=$p; done; "
+      "/run/systemd /boot /sys " PROBE_BINARY " " HUTCH_BINARY
+      "; do [ -e $p ] && echo visible=$p; done; "
       "echo root=$(ls -A /root | wc -l) home=$(ls -A /home | wc -l) run=$(ls -A /run | wc -l) "
       "var=$(ls -A /var | wc -l)");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -76,21 +80,27 @@ TEST(Filesystem, HostSecretsAreInvisible) {
 
 TEST(Filesystem, GeneratedEtcFiles) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch_sh("cat /etc/hostname /etc/hosts; head -1 /etc/passwd; id -un", {"--hostname", "etc-test"});
+  auto r = hutch_sh("cat /etc/hostname /etc/hosts; head -1 /etc/passwd; id -un",
+                    {"--hostname", "etc-test"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("etc-test\n127.0.0.1\tlocalhost\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("root:x:0:0:root:/root:/bin/sh\nroot\n"), std::string::npos) << r.out;
-  auto user = hutch_sh("id -un; id -u; echo $HOME; stat -c %u $HOME; touch $HOME/f && echo writable",
-                       {"--uid", "1000", "--gid", "1000"});
+  auto user =
+      hutch_sh("id -un; id -u; echo $HOME; stat -c %u $HOME; touch $HOME/f && echo writable",
+               {"--uid", "1000", "--gid", "1000"});
   EXPECT_EQ(user.out, "user\n1000\n/home/user\n1000\nwritable\n") << user.err;
 }
 
 TEST(Filesystem, MinimalDevAndTmpfs) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch_sh("ls /dev | tr '\\n' ' '; echo; echo hi > /dev/null && head -c 4 /dev/zero | wc -c; "
-                    "stat -f -c %T /tmp /dev/shm; echo t > /tmp/t && cat /tmp/t; test -c /dev/pts/ptmx && echo ptmx");
+  auto r = hutch_sh(
+      "ls /dev | tr '\\n' ' '; echo; echo hi > /dev/null && head -c 4 /dev/zero | wc -c; "
+      "stat -f -c %T /tmp /dev/shm; echo t > /tmp/t && cat /tmp/t; test -c /dev/pts/ptmx && echo "
+      "ptmx");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero \n4\ntmpfs\ntmpfs\nt\nptmx\n");
+  EXPECT_EQ(r.out,
+            "fd full null ptmx pts random shm stderr stdin stdout tty urandom zero "
+            "\n4\ntmpfs\ntmpfs\nt\nptmx\n");
 }
 
 TEST(Filesystem, CustomRootfsDirectory) {
@@ -108,7 +118,9 @@ TEST(Filesystem, CustomRootfsDirectory) {
 TEST(Filesystem, MissingRootfsIsARuntimeError) {
   auto r = hutch({"run", "--rootfs", "/nonexistent-rootfs", "--", "/bin/true"});
   EXPECT_EQ(r.exit_code, 125);
-  EXPECT_NE(r.err.find("realpath(rootfs /nonexistent-rootfs): No such file or directory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("realpath(rootfs /nonexistent-rootfs): No such file or directory"),
+            std::string::npos)
+      << r.err;
 }
 
 // A hostile rootfs whose /proc and /dev are symlinks out of it must not redirect hutch's mounts.
@@ -137,8 +149,9 @@ TEST(Filesystem, BindMountsAreReadOnlyUnlessAsked) {
                          {"--bind", dir.path() + ":/data:rw"});
   EXPECT_EQ(denied.out, "refused\n") << "a host-root-owned directory stays closed to the sandbox";
   ASSERT_EQ(chown(dir.path().c_str(), 1000000000, 1000000000), 0);
-  auto ro = hutch_sh("cat /data/in.txt; echo x > /data/new 2>/dev/null && echo wrote || echo refused",
-                     {"--bind", dir.path() + ":/data"});
+  auto ro =
+      hutch_sh("cat /data/in.txt; echo x > /data/new 2>/dev/null && echo wrote || echo refused",
+               {"--bind", dir.path() + ":/data"});
   ASSERT_EQ(ro.exit_code, 0) << ro.err;
   EXPECT_EQ(ro.out, "from host\nrefused\n");
   auto rw = hutch_sh("echo out > /data/new && echo wrote", {"--bind", dir.path() + ":/data:rw"});
@@ -162,9 +175,10 @@ TEST(Filesystem, BadBindsAreRejected) {
 
 TEST(Filesystem, DiskCapHolds) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch_sh("head -c 8M /dev/zero > /tmp/big 2>/dev/null && echo tmp=fit || echo tmp=full; "
-                    "head -c 8M /dev/zero > /big 2>/dev/null && echo root=fit || echo root=full",
-                    {"--disk", "4M"});
+  auto r = hutch_sh(
+      "head -c 8M /dev/zero > /tmp/big 2>/dev/null && echo tmp=fit || echo tmp=full; "
+      "head -c 8M /dev/zero > /big 2>/dev/null && echo root=fit || echo root=full",
+      {"--disk", "4M"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "tmp=full\nroot=full\n");
 }

@@ -1,8 +1,8 @@
 // What a sandbox's processes see of the kernel: ids, namespaces, capabilities, seccomp.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <climits>
@@ -24,8 +24,7 @@ TEST(Isolation, RootInsideIsAnUnprivilegedHostId) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch_sh("cat /proc/self/uid_map /proc/self/gid_map; id -u; id -g");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out,
-            "         0 1000000000      65536\n         0 1000000000      65536\n0\n0\n");
+  EXPECT_EQ(r.out, "         0 1000000000      65536\n         0 1000000000      65536\n0\n0\n");
   auto custom = hutch_sh("cat /proc/self/uid_map", {"--id-base", "2000000", "--id-count", "1000"});
   EXPECT_EQ(custom.out, "         0    2000000       1000\n") << custom.err;
 }
@@ -40,7 +39,8 @@ TEST(Isolation, EveryNamespaceDiffersFromTheHost) {
   HUTCH_REQUIRE_ROOT();
   const std::vector<std::string> kinds = {"user", "pid", "mnt", "net", "uts", "ipc", "cgroup"};
   std::string script;
-  for (const std::string& kind : kinds) script += "echo " + kind + "=$(readlink /proc/self/ns/" + kind + ");";
+  for (const std::string& kind : kinds)
+    script += "echo " + kind + "=$(readlink /proc/self/ns/" + kind + ");";
   auto r = hutch_sh(script);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const std::string& kind : kinds) {
@@ -52,8 +52,10 @@ TEST(Isolation, EveryNamespaceDiffersFromTheHost) {
 
 TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFiltered) {
   HUTCH_REQUIRE_ROOT();
-  for (const std::vector<std::string>& ids : {std::vector<std::string>{}, {"--uid", "1000", "--gid", "1000"}}) {
-    auto r = hutch_sh("grep -E '^(Cap|Seccomp|NoNewPrivs)' /proc/self/status | tr -d '\\t' | tr : =", ids);
+  for (const std::vector<std::string>& ids :
+       {std::vector<std::string>{}, {"--uid", "1000", "--gid", "1000"}}) {
+    auto r = hutch_sh(
+        "grep -E '^(Cap|Seccomp|NoNewPrivs)' /proc/self/status | tr -d '\\t' | tr : =", ids);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
       EXPECT_EQ(line_value(r.out, set), "0000000000000000") << set;
@@ -67,8 +69,9 @@ TEST(Isolation, InitIsConfinedToo) {
   HUTCH_REQUIRE_ROOT();
   // PID 1 is hutch's init: no capabilities, seccomp on, not dumpable (its /proc files are
   // owned by the unmapped host root, so even root inside cannot read its memory).
-  auto r = hutch_sh("grep -E '^(CapEff|CapBnd|Seccomp)' /proc/1/status | tr -d '\\t' | tr : =; "
-                    "cat /proc/1/environ >/dev/null 2>&1 && echo environ=readable || echo environ=denied");
+  auto r = hutch_sh(
+      "grep -E '^(CapEff|CapBnd|Seccomp)' /proc/1/status | tr -d '\\t' | tr : =; "
+      "cat /proc/1/environ >/dev/null 2>&1 && echo environ=readable || echo environ=denied");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(line_value(r.out, "CapEff"), "0000000000000000");
   EXPECT_EQ(line_value(r.out, "CapBnd"), "0000000000000000");
@@ -80,17 +83,48 @@ TEST(Isolation, DangerousSyscallsFail) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch({"run", "--bind", probe_bind(), "--", "/probe", "syscalls"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* name :
-       {"mount", "umount2", "pivot_root", "chroot", "setns", "unshare_user", "unshare_net", "keyctl",
-        "add_key", "request_key", "bpf", "perf_event_open", "ptrace", "open_by_handle_at",
-        "init_module", "finit_module", "kexec_load", "reboot", "userfaultfd", "process_vm_readv",
-        "kcmp", "pidfd_getfd", "swapon", "sethostname", "settimeofday", "syslog", "acct", "iopl",
-        "modify_ldt", "personality_8", "socket_alg", "socket_packet", "socket_vsock",
-        "ioctl_tiocsti", "ioctl_tiocsti_high_bits", "ioctl_tioclinux", "mknod_char",
-        "clone_newuser"}) {
+  for (const char* name : {"mount",
+                           "umount2",
+                           "pivot_root",
+                           "chroot",
+                           "setns",
+                           "unshare_user",
+                           "unshare_net",
+                           "keyctl",
+                           "add_key",
+                           "request_key",
+                           "bpf",
+                           "perf_event_open",
+                           "ptrace",
+                           "open_by_handle_at",
+                           "init_module",
+                           "finit_module",
+                           "kexec_load",
+                           "reboot",
+                           "userfaultfd",
+                           "process_vm_readv",
+                           "kcmp",
+                           "pidfd_getfd",
+                           "swapon",
+                           "sethostname",
+                           "settimeofday",
+                           "syslog",
+                           "acct",
+                           "iopl",
+                           "modify_ldt",
+                           "personality_8",
+                           "socket_alg",
+                           "socket_packet",
+                           "socket_vsock",
+                           "ioctl_tiocsti",
+                           "ioctl_tiocsti_high_bits",
+                           "ioctl_tioclinux",
+                           "mknod_char",
+                           "clone_newuser"}) {
     EXPECT_EQ(line_value(r.out, name), "EPERM") << name;
   }
-  for (const char* name : {"io_uring_setup", "clone3", "fsopen", "open_tree", "move_mount", "mount_setattr"}) {
+  for (const char* name :
+       {"io_uring_setup", "clone3", "fsopen", "open_tree", "move_mount", "mount_setattr"}) {
     EXPECT_EQ(line_value(r.out, name), "ENOSYS") << name;
   }
   for (const char* name : {"socket_unix", "socket_inet", "socket_inet6", "socketpair_unix",
@@ -108,7 +142,9 @@ TEST(Isolation, NonNativeAbiIsKilled) {
 
 TEST(Isolation, NestedUserNamespacesAreDisabled) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch_sh("cat /proc/sys/user/max_user_namespaces; unshare -U true 2>/dev/null && echo nested=yes || echo nested=no");
+  auto r = hutch_sh(
+      "cat /proc/sys/user/max_user_namespaces; unshare -U true 2>/dev/null && echo nested=yes || "
+      "echo nested=no");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "0\nnested=no\n");
 }
@@ -118,8 +154,10 @@ TEST(Isolation, ProcIsMaskedAndReadOnlyWhereItMatters) {
   auto r = hutch_sh(
       "for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/sysrq-trigger; do "
       "  [ -e $f ] && echo $f=$(stat -c %t,%T $f); done; "
-      "for d in /proc/acpi /proc/scsi /proc/asound; do [ -e $d ] && echo $d=$(ls -A $d | wc -l); done; "
-      "echo x > /proc/sys/kernel/hostname 2>/dev/null && echo sysctl=written || echo sysctl=refused; "
+      "for d in /proc/acpi /proc/scsi /proc/asound; do [ -e $d ] && echo $d=$(ls -A $d | wc -l); "
+      "done; "
+      "echo x > /proc/sys/kernel/hostname 2>/dev/null && echo sysctl=written || echo "
+      "sysctl=refused; "
       "grep -c ' /proc/sys ro,' /proc/self/mountinfo | sed 's/^/ro_sys=/'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(line_value(r.out, "/proc/keys"), "1,3") << "masked with /dev/null: " << r.out;
@@ -155,7 +193,8 @@ TEST(Isolation, HostEnvironmentIsNotInherited) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("do-not-leak"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("FOO=bar\n"), std::string::npos);
-  EXPECT_NE(r.out.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"), std::string::npos);
+  EXPECT_NE(r.out.find("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
+            std::string::npos);
   EXPECT_NE(r.out.find("LANG=C.UTF-8\n"), std::string::npos);
 }
 
@@ -177,19 +216,26 @@ TEST(Isolation, HostLoopbackAndAbstractSocketsAreUnreachable) {
   uaddr.sun_family = AF_UNIX;
   const std::string name = "hutch-test-" + std::to_string(getpid());
   std::copy(name.begin(), name.end(), uaddr.sun_path + 1);
-  ASSERT_EQ(bind(unix_sock, reinterpret_cast<sockaddr*>(&uaddr), offsetof(sockaddr_un, sun_path) + 1 + name.size()), 0);
+  ASSERT_EQ(bind(unix_sock, reinterpret_cast<sockaddr*>(&uaddr),
+                 offsetof(sockaddr_un, sun_path) + 1 + name.size()),
+            0);
   ASSERT_EQ(listen(unix_sock, 8), 0);
 
-  auto r = hutch({"run", "--", "/usr/bin/python3", "-c",
-                  "import socket\n"
-                  "s = socket.socket()\n"
-                  "try:\n  s.connect(('127.0.0.1', " + port + ")); print('tcp=connected')\n"
-                  "except OSError as e: print('tcp=refused')\n"
-                  "u = socket.socket(socket.AF_UNIX)\n"
-                  "try:\n  u.connect('\\0" + name + "'); print('abstract=connected')\n"
-                  "except OSError as e: print('abstract=refused')\n"
-                  "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(); c = socket.socket()\n"
-                  "c.connect(l.getsockname()); print('own_loopback=works')\n"});
+  auto r =
+      hutch({"run", "--", "/usr/bin/python3", "-c",
+             "import socket\n"
+             "s = socket.socket()\n"
+             "try:\n  s.connect(('127.0.0.1', " +
+                 port +
+                 ")); print('tcp=connected')\n"
+                 "except OSError as e: print('tcp=refused')\n"
+                 "u = socket.socket(socket.AF_UNIX)\n"
+                 "try:\n  u.connect('\\0" +
+                 name +
+                 "'); print('abstract=connected')\n"
+                 "except OSError as e: print('abstract=refused')\n"
+                 "l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen(); c = socket.socket()\n"
+                 "c.connect(l.getsockname()); print('own_loopback=works')\n"});
   close(tcp);
   close(unix_sock);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -202,7 +248,8 @@ TEST(Isolation, NetNoneHasNoWorkingLoopback) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch({"run", "--net", "none", "--", "/usr/bin/python3", "-c",
                   "import socket\nl = socket.socket()\n"
-                  "try:\n  l.bind(('127.0.0.1', 0)); l.listen(); c = socket.socket(); c.connect(l.getsockname()); print('loopback=up')\n"
+                  "try:\n  l.bind(('127.0.0.1', 0)); l.listen(); c = socket.socket(); "
+                  "c.connect(l.getsockname()); print('loopback=up')\n"
                   "except OSError: print('loopback=down')\n"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(line_value(r.out, "loopback"), "down");

@@ -87,7 +87,8 @@ TEST_F(BusyboxRootfs, PidsLimitStopsAForkBomb) {
   auto r = run({"--pids", "16", "--timeout", "3s"}, "sleep 30 & b() { b | b & }; b; wait");
   EXPECT_EQ(r.exit_code, 124);
   EXPECT_EQ(record(r)["peak_pids"], 16);
-  std::printf("[ measured ] --pids 16 fork bomb: peak_pids %s\n", record(r)["peak_pids"].dump().c_str());
+  std::printf("[ measured ] --pids 16 fork bomb: peak_pids %s\n",
+              record(r)["peak_pids"].dump().c_str());
 }
 
 TEST_F(BusyboxRootfs, CpuQuotaHolds) {
@@ -111,7 +112,8 @@ TEST_F(BusyboxRootfs, NothingIsLeftInAnyHierarchy) {
       // every run-* left must belong to a live hutch process.
       const std::string id = entry.path().filename();
       if (!entry.is_directory() || id.rfind("run-", 0) != 0) continue;
-      const std::string owner = id.substr(id.find('-', 4) + 1, id.find('-', id.find('-', 4) + 1) - id.find('-', 4) - 1);
+      const std::string owner =
+          id.substr(id.find('-', 4) + 1, id.find('-', id.find('-', 4) + 1) - id.find('-', 4) - 1);
       EXPECT_TRUE(fs::exists("/proc/" + owner)) << entry.path() << " outlived its hutch";
     }
   }

@@ -2,6 +2,7 @@
 // cgroups out of the sandbox's reach and gone afterwards.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,8 +10,6 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <sys/stat.h>
-
 #include <thread>
 
 #include "tests/common/command.h"
@@ -42,9 +41,10 @@ TEST(Limits, MemoryHogIsOomKilledAndReported) {
 TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   HUTCH_REQUIRE_ROOT();
   auto bomb = std::async(std::launch::async, [] {
-    return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
-                  // sleep first: forks fail once the bomb fills pids.max; wait outlives the timeout.
-                  "sleep 10 & bomb() { bomb | bomb & }; bomb; wait"});
+    return hutch(
+        {"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
+         // sleep first: forks fail once the bomb fills pids.max; wait outlives the timeout.
+         "sleep 10 & bomb() { bomb | bomb & }; bomb; wait"});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
@@ -58,7 +58,8 @@ TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
 
 TEST(Limits, CpuQuotaHolds) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch({"run", "--json", "--cpus", "0.2", "--timeout", "2s", "--", "/bin/sh", "-c", "while :; do :; done"});
+  auto r = hutch({"run", "--json", "--cpus", "0.2", "--timeout", "2s", "--", "/bin/sh", "-c",
+                  "while :; do :; done"});
   EXPECT_EQ(r.exit_code, 124);
   auto record = last_json_line(r.out);
   const double share = record["cpu_ms"].get<double>() / record["duration_ms"].get<double>();
@@ -68,15 +69,17 @@ TEST(Limits, CpuQuotaHolds) {
 
 TEST(Limits, CgroupsAreInvisibleAndUnwritableInside) {
   HUTCH_REQUIRE_ROOT();
-  auto r = hutch_sh("cat /proc/self/cgroup | cut -d: -f3 | sort -u; test -e /sys && echo sys=present; "
-                    "mount -t cgroup2 none /tmp 2>/dev/null && echo mounted=yes || echo mounted=no");
+  auto r = hutch_sh(
+      "cat /proc/self/cgroup | cut -d: -f3 | sort -u; test -e /sys && echo sys=present; "
+      "mount -t cgroup2 none /tmp 2>/dev/null && echo mounted=yes || echo mounted=no");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "/\nmounted=no\n") << "every hierarchy shows the sandbox at its root";
 }
 
 // The host's view: the sandbox's processes sit in `<mount>/<parent>/run-*` cgroups, which vanish
 // with it, the parent too when no other sandbox uses it.
-void expect_cgroups_created_and_removed(const std::string& parent, const std::vector<std::string>& options) {
+void expect_cgroups_created_and_removed(const std::string& parent,
+                                        const std::vector<std::string>& options) {
   const std::string marker = "hutch-cgroup-marker-" + std::to_string(getpid()) + parent;
   std::vector<std::string> args = {"run", "--timeout", "1500ms"};
   args.insert(args.end(), options.begin(), options.end());
@@ -94,7 +97,8 @@ void expect_cgroups_created_and_removed(const std::string& parent, const std::ve
         auto path = line.substr(line.rfind(':') + 1);
         if (path.find("/" + parent + "/run-") == std::string::npos) continue;
         auto controllers = line.substr(line.find(':') + 1, line.rfind(':') - line.find(':') - 1);
-        std::string mount = controllers.empty() ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup/" + controllers;
+        std::string mount =
+            controllers.empty() ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup/" + controllers;
         if (controllers.empty() && !fs::exists(mount)) mount = "/sys/fs/cgroup";
         dirs.push_back(mount + path);
       }

@@ -31,7 +31,8 @@ int count_processes_with(const std::string& marker) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmdline = read_text(entry.path().string() + "/cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(marker) != std::string::npos && cmdline.find("hutch run") == std::string::npos) ++count;
+    if (cmdline.find(marker) != std::string::npos && cmdline.find("hutch run") == std::string::npos)
+      ++count;
   }
   return count;
 }
@@ -53,7 +54,9 @@ TEST(Process, CommandNotFoundAndNotExecutableAreShellLike) {
   HUTCH_REQUIRE_ROOT();
   auto missing = hutch({"run", "--", "no-such-command"});
   EXPECT_EQ(missing.exit_code, 127);
-  EXPECT_NE(missing.err.find("execve(no-such-command): No such file or directory"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("execve(no-such-command): No such file or directory"),
+            std::string::npos)
+      << missing.err;
   EXPECT_EQ(hutch({"run", "--", "/no/such/path"}).exit_code, 127);
   auto not_exec = hutch({"run", "--", "/etc/hostname"});
   EXPECT_EQ(not_exec.exit_code, 126);
@@ -78,7 +81,8 @@ TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
   ASSERT_EQ(chown(dir.c_str(), 1000000000, 1000000000), 0);  // the sandbox root's host id
   // A setsid'd, double-forked grandchild that keeps appending to a host file.
   auto r = hutch({"run", "--timeout", "500ms", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
-                  "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec sleep 1000 " +
+                  "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec "
+                  "sleep 1000 " +
                       marker + "' & exec sleep 1000"});
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_LT(r.elapsed.count(), 3000);
@@ -210,7 +214,8 @@ TEST(Process, InfoReportsEveryFeature) {
   }
   if (geteuid() == 0) {
     EXPECT_EQ(r.exit_code, 0) << r.out;
-    for (const auto& feature : info["features"]) EXPECT_TRUE(feature["available"].get<bool>()) << feature.dump();
+    for (const auto& feature : info["features"])
+      EXPECT_TRUE(feature["available"].get<bool>()) << feature.dump();
   }
 }
 
