@@ -168,9 +168,10 @@ namespace {
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, nullptr);
-  // A raw clone, not glibc's fork(): fork() takes malloc's and stdio's locks for its atfork
-  // handlers, and another thread of the parent may have held one when clone3 copied it.
-  pid_t workload = static_cast<pid_t>(syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0));
+  // vfork, not fork(): no page tables to copy, and no atfork handlers taking malloc's or stdio's
+  // locks (another thread of the parent may have held one when clone3 copied it). The workload
+  // only makes syscalls on its own stack until execve, as vfork requires; init waits meanwhile.
+  pid_t workload = vfork();
   if (workload < 0) die_step(sync_fd, from, "fork", "workload", errno);
   if (workload == 0) run_workload(plan);
 
