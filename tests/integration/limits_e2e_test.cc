@@ -103,18 +103,19 @@ TEST_F(BusyboxRootfs, CpuQuotaHolds) {
 
 TEST_F(BusyboxRootfs, NothingIsLeftInAnyHierarchy) {
   ASSERT_EQ(run({"--memory", "64M", "--pids", "64", "--cpus", "1"}, "true").exit_code, 0);
-  for (const auto& hierarchy : fs::directory_iterator("/sys/fs/cgroup")) {
-    if (!hierarchy.is_directory()) continue;
+  // Other sandboxes may come and go meanwhile (ctest -j): iterate without throwing on a vanished
+  // directory, and require of every run-* dir left that its owning hutch is alive.
+  std::error_code ignored;
+  for (const auto& hierarchy : fs::directory_iterator("/sys/fs/cgroup", ignored)) {
     const fs::path parent = hierarchy.path() / "hutch";
-    if (!fs::exists(parent)) continue;
-    for (const auto& entry : fs::directory_iterator(parent)) {
-      // Other sandboxes may run concurrently (ctest -j); ours are gone, so none may be ours:
-      // every run-* left must belong to a live hutch process.
+    for (const auto& entry : fs::directory_iterator(parent, ignored)) {
       const std::string id = entry.path().filename();
-      if (!entry.is_directory() || id.rfind("run-", 0) != 0) continue;
-      const std::string owner =
-          id.substr(id.find('-', 4) + 1, id.find('-', id.find('-', 4) + 1) - id.find('-', 4) - 1);
-      EXPECT_TRUE(fs::exists("/proc/" + owner)) << entry.path() << " outlived its hutch";
+      if (id.rfind("run-", 0) != 0) continue;
+      // run-<pid ns>-<owner pid>-<start time>-<n>
+      const size_t pid_start = id.find('-', 4) + 1;
+      const std::string owner = id.substr(pid_start, id.find('-', pid_start) - pid_start);
+      EXPECT_TRUE(fs::exists("/proc/" + owner, ignored) || !fs::exists(entry.path(), ignored))
+          << entry.path() << " outlived its hutch";
     }
   }
 }
