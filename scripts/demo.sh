@@ -39,5 +39,5 @@ step "limits: a memory hog is OOM-killed at --memory and reported" \
 $hutch run --memory 64M --json -- python3 -c 'x = [bytearray(8 << 20) for _ in range(64)]' || echo "(exit $?: 137 = OOM-killed)"
 
 step "limits: a fork bomb stops at --pids while the host stays responsive" \
-  "hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & b() { b | b & }; b; wait' 2>/dev/null"
-$hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & b() { b | b & }; b; wait' 2>/dev/null || echo "(exit $?: 124 = timed out, bomb contained)"
+  "hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & (b() { b | b & }; b); wait' 2>/dev/null"
+$hutch run --pids 64 --timeout 1s --json -- sh -c 'sleep 5 & (b() { b | b & }; b); wait' 2>/dev/null || echo "(exit $?: 124 = timed out, bomb contained)"

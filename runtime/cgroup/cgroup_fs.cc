@@ -6,9 +6,10 @@
 #include <sys/stat.h>
 
 #include <charconv>
-#include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "runtime/fs/text_file.h"
 
 namespace hutch {
 namespace {
@@ -206,8 +207,9 @@ Result<void> remove_cgroup_tree(const CgroupDir& parent, const std::string& name
 }
 
 Result<void> require_no_host_swap(const std::string& why) {
-  std::ifstream meminfo("/proc/meminfo");
-  if (!meminfo) return sys_error("open", "/proc/meminfo");
+  auto text = read_text_file("/proc/meminfo");
+  if (!text) return std::unexpected(text.error());
+  std::istringstream meminfo(*text);
   for (std::string key; meminfo >> key;) {
     uint64_t kib = 0;
     std::string unit;

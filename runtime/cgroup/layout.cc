@@ -1,8 +1,9 @@
 #include "runtime/cgroup/layout.h"
 
 #include <algorithm>
-#include <fstream>
 #include <sstream>
+
+#include "runtime/fs/text_file.h"
 
 namespace hutch {
 namespace {
@@ -47,10 +48,9 @@ std::string unescape_mount_path(const std::string& path) {
 }
 
 std::string read_first_line(const std::string& path) {
-  std::ifstream file(path);
-  std::string line;
-  std::getline(file, line);
-  return line;
+  auto text = read_text_file(path);
+  if (!text) return "";
+  return text->substr(0, text->find('\n'));
 }
 
 }  // namespace
@@ -90,11 +90,9 @@ CgroupLayout parse_cgroup_mounts(const std::string& mountinfo) {
 }
 
 Result<CgroupLayout> read_cgroup_layout() {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  if (!mountinfo) return sys_error("open", "/proc/self/mountinfo");
-  std::stringstream text;
-  text << mountinfo.rdbuf();
-  CgroupLayout layout = parse_cgroup_mounts(text.str());
+  auto mountinfo = read_text_file("/proc/self/mountinfo");
+  if (!mountinfo) return std::unexpected(mountinfo.error());
+  CgroupLayout layout = parse_cgroup_mounts(*mountinfo);
   if (!layout.v2_mount.empty()) {
     layout.v2_controllers = split(read_first_line(layout.v2_mount + "/cgroup.controllers"), ' ');
     layout.v2_subtree_control =
@@ -122,11 +120,9 @@ std::vector<CgroupMembership> parse_proc_cgroup(const std::string& text) {
 }
 
 Result<std::vector<CgroupMembership>> read_proc_cgroups(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return sys_error("open", path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_proc_cgroup(text.str());
+  auto text = read_text_file(path);
+  if (!text) return std::unexpected(text.error());
+  return parse_proc_cgroup(*text);
 }
 
 Result<std::vector<CgroupMembership>> read_own_cgroups() {

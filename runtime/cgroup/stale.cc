@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <vector>
 
 #include "runtime/cgroup/cgroup_fs.h"
 #include "runtime/cgroup/kill.h"
+#include "runtime/fs/text_file.h"
 
 namespace hutch {
 namespace {
@@ -46,9 +46,9 @@ struct ProcState {
 // so fields are counted after the last ')'. state is field 3, starttime field 22.
 Result<ProcState> read_proc_state(pid_t pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  std::ifstream file(path);
-  if (!file) return sys_error("open", path);
-  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto read = read_text_file(path);
+  if (!read) return std::unexpected(read.error());
+  const std::string& text = *read;
   size_t paren = text.rfind(')');
   if (paren == std::string::npos) return plain_error("parse", path);
   std::istringstream fields(text.substr(paren + 1));

@@ -71,19 +71,13 @@ namespace {
 }
 
 // The workload: drops what init kept (ids, capabilities) and executes the command.
+// The workload: everything but the working directory and the fds is already as init left it.
 [[noreturn]] void run_workload(const ChildPlan& plan) {
   constexpr auto from = SyncMessage::From::kWorkload;
   const int sync_fd = plan.sync_fd;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
-  if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0)
-    die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
-  if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0)
-    die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
-  const char* step = nullptr;
-  if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
   if (chdir(plan.workdir) != 0) die_step(sync_fd, from, "chdir", plan.workdir, errno);
   // Nothing of the runtime's may reach the workload (CVE-2024-21626): every fd above stdio is
   // closed at execve, the sync socket included.
@@ -154,12 +148,18 @@ namespace {
   if (setrlimit(RLIMIT_CORE, &no_core) != 0)
     die_step(sync_fd, from, "setrlimit", "RLIMIT_CORE 0", errno);
 
-  // Confinement that init and the workload share, applied once before the fork: the seccomp
-  // filter costs the kernel ~0.1 ms to load (it precomputes its action cache), and what the
-  // workload still does after the fork only drops privileges, all of it on the allowlist.
+  // Confinement, complete before the fork so that init and the workload are never seen with
+  // different credentials: the sandbox's ids, no capability in any set, no_new_privs, and the
+  // seccomp filter last (loaded once for both: the kernel takes ~0.1 ms to load it).
   const char* step = nullptr;
   if (int err = drop_bounding_and_lock_securebits(plan.last_cap, &step))
     die_step(sync_fd, from, step, "", err);
+  if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
+  if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0)
+    die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
+  if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0)
+    die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
+  if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     die_step(sync_fd, from, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
   if (int err = load_seccomp(*plan.seccomp)) die_step(sync_fd, from, "seccomp", "load", err);
@@ -175,10 +175,9 @@ namespace {
   if (workload < 0) die_step(sync_fd, from, "fork", "workload", errno);
   if (workload == 0) run_workload(plan);
 
-  // Init keeps only the sync socket and stdio, and no capability.
+  // Init keeps only the sync socket and stdio.
   if (sync_fd > 3) close_range(3, sync_fd - 1, 0);
   close_range(sync_fd + 1, ~0U, 0);
-  if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
   run_init(sync_fd, workload);
 }
 

@@ -94,6 +94,17 @@ CommandResult hutch_sh(const std::string& script, const std::vector<std::string>
 
 std::string probe_bind() { return std::string(PROBE_BINARY) + ":/probe"; }
 
+std::string read_file_or_empty(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[8192];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  return n < 0 ? "" : text;
+}
+
 std::string line_value(const std::string& text, const std::string& key) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {

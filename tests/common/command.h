@@ -34,6 +34,10 @@ CommandResult hutch_sh(const std::string& script, const std::vector<std::string>
 // The static probe (tests/probe) bound read-only at /probe.
 std::string probe_bind();
 
+// A whole file, or "" when it cannot be read (a /proc/<pid> file of a process that just exited:
+// iostreams would throw on that read error).
+std::string read_file_or_empty(const std::string& path);
+
 // Parses "key=value" lines.
 std::string line_value(const std::string& text, const std::string& key);
 

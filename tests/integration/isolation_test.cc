@@ -179,7 +179,8 @@ TEST(Isolation, ProcIsMaskedAndReadOnlyWhereItMatters) {
 TEST(Isolation, HostnameIsTheSandboxs) {
   HUTCH_REQUIRE_ROOT();
   EXPECT_EQ(hutch_sh("hostname; cat /etc/hostname").out, "hutch\nhutch\n");
-  EXPECT_EQ(hutch_sh("hostname", {"--hostname", "box-1"}).out, "box-1\n");
+  auto custom = hutch_sh("hostname", {"--hostname", "box-1"});
+  EXPECT_EQ(custom.out, "box-1\n") << custom.err;
   char host[256];
   gethostname(host, sizeof host);
   EXPECT_NE(std::string(host), "box-1");

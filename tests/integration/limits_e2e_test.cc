@@ -84,7 +84,7 @@ TEST_F(BusyboxRootfs, MemoryLimitOomKillsAndReports) {
 }
 
 TEST_F(BusyboxRootfs, PidsLimitStopsAForkBomb) {
-  auto r = run({"--pids", "16", "--timeout", "3s"}, "sleep 30 & b() { b | b & }; b; wait");
+  auto r = run({"--pids", "16", "--timeout", "3s"}, "sleep 30 & (b() { b | b & }; b); wait");
   EXPECT_EQ(r.exit_code, 124);
   EXPECT_EQ(record(r)["peak_pids"], 16);
   std::printf("[ measured ] --pids 16 fork bomb: peak_pids %s\n",

@@ -41,10 +41,10 @@ TEST(Limits, MemoryHogIsOomKilledAndReported) {
 TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   HUTCH_REQUIRE_ROOT();
   auto bomb = std::async(std::launch::async, [] {
-    return hutch(
-        {"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
-         // sleep first: forks fail once the bomb fills pids.max; wait outlives the timeout.
-         "sleep 10 & bomb() { bomb | bomb & }; bomb; wait"});
+    return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
+                  // sleep first, the bomb in a subshell: its failed forks cannot end the main
+                  // shell, whose wait outlives the timeout.
+                  "sleep 10 & (bomb() { bomb | bomb & }; bomb); wait"});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
@@ -89,10 +89,9 @@ void expect_cgroups_created_and_removed(const std::string& parent,
   for (int attempt = 0; attempt < 100 && dirs.empty(); ++attempt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (const auto& entry : fs::directory_iterator("/proc")) {
-      std::ifstream cmdline(entry.path() / "cmdline");
-      std::string text((std::istreambuf_iterator<char>(cmdline)), {});
+      const std::string text = read_file_or_empty(entry.path() / "cmdline");
       if (text.find(marker) == std::string::npos || text.find("run") != std::string::npos) continue;
-      std::ifstream cgroups(entry.path() / "cgroup");
+      std::istringstream cgroups(read_file_or_empty(entry.path() / "cgroup"));
       for (std::string line; std::getline(cgroups, line);) {
         auto path = line.substr(line.rfind(':') + 1);
         if (path.find("/" + parent + "/run-") == std::string::npos) continue;
