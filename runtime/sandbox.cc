@@ -270,17 +270,17 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   UniqueFd child_end(pair[1]);
   prepared.child.sync_fd = child_end.get();
 
-  // The sandbox's cgroups exist, limits written, before its first process: clone3 places the
-  // child straight into the cgroup2 dir, and v1 hierarchies get it before it may run.
   // The skeleton's ~150 tmpfs entries are made on another thread while this one creates the
   // cgroups and the namespaces (clone3 copies only the calling thread; the child allocates
-  // nothing).
+  // nothing). Planning it stays in prepare(): after clone3 its allocations would fault.
   std::future<Result<UniqueFd>> skeleton;
   if (prepared.host_rootfs) {
     skeleton = std::async(std::launch::async, build_skeleton_mount, std::cref(prepared.skeleton),
                           prepared.spec.ids.host_base);
   }
 
+  // The sandbox's cgroups exist, limits written, before its first process: clone3 places the
+  // child straight into the cgroup2 dir, and v1 hierarchies get it before it may run.
   std::optional<SandboxCgroup> cgroup;
   if (prepared.spec.cgroup) {
     auto created = create_sandbox_cgroup(prepared.spec);
