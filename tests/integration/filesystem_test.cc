@@ -9,25 +9,12 @@
 
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
 
 namespace hutch::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A throwaway directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/hutch-test-XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A minimal rootfs: static busybox and a few applets.
 void make_busybox_rootfs(const std::string& root) {

@@ -12,6 +12,7 @@
 
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
 
 namespace hutch::testing {
 namespace {
@@ -71,8 +72,8 @@ TEST(Process, StdioPassesThrough) {
 TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
   HUTCH_REQUIRE_ROOT();
   const std::string marker = "hutch-timeout-marker-" + std::to_string(getpid());
-  char dir_template[] = "/tmp/hutch-test-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
+  TempDir temp;
+  const std::string& dir = temp.path();
   ASSERT_EQ(chown(dir.c_str(), 1000000000, 1000000000), 0);  // the sandbox root's host id
   // A setsid'd, double-forked grandchild that keeps appending to a host file.
   auto r = hutch({"run", "--timeout", "500ms", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
@@ -81,11 +82,11 @@ TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
                       marker + "' & exec sleep 1000"});
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_LT(r.elapsed.count(), 3000);
+  ASSERT_TRUE(fs::exists(dir + "/ticks")) << "the grandchild never ran";
   auto size = fs::file_size(dir + "/ticks");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(fs::file_size(dir + "/ticks"), size) << "a process kept running after the timeout";
   EXPECT_EQ(count_processes_with(marker), 0);
-  fs::remove_all(dir);
 }
 
 TEST(Process, WorkloadExitEndsTheSandboxAndItsBackgroundProcesses) {
