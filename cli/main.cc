@@ -123,10 +123,6 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
     }
     spec.cgroup = false;
   }
-  if (!valid_cgroup_parent(options.cgroup_parent)) {
-    return plain_error("cgroup parent",
-                       "\"" + options.cgroup_parent + "\" is not one name of [A-Za-z0-9._-]");
-  }
   spec.cgroup_parent = options.cgroup_parent;
 
   if (options.seccomp_profile.empty()) {

@@ -164,4 +164,10 @@ bool valid_cgroup_parent(std::string_view name) {
          std::string_view::npos;
 }
 
+Result<void> check_cgroup_parent(std::string_view name) {
+  if (valid_cgroup_parent(name)) return {};
+  return plain_error("cgroup parent",
+                     "\"" + std::string(name) + "\" is not one name of [A-Za-z0-9._-]");
+}
+
 }  // namespace hutch

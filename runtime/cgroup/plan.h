@@ -65,6 +65,8 @@ inline constexpr std::string_view kDefaultCgroupParent = "hutch";
 
 // A parent name is one path component of [A-Za-z0-9._-], at most 64 bytes, not "." or "..".
 bool valid_cgroup_parent(std::string_view name);
+// The same as an Error naming the bad name.
+Result<void> check_cgroup_parent(std::string_view name);
 
 struct CgroupPlan {
   std::string parent{kDefaultCgroupParent};  // set by the caller; plan_cgroups leaves the default

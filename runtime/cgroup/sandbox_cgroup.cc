@@ -69,10 +69,7 @@ Result<void> SandboxCgroup::add_dir(const CgroupPlan& plan, const CgroupDirPlan&
   if (v2 && !plan.v2_enable.empty()) {
     if (auto r = enable_v2_controllers(*root, plan.v2_enable); !r) return r;
   }
-  if (!valid_cgroup_parent(plan.parent)) {
-    return plain_error("cgroup parent",
-                       "\"" + plan.parent + "\" is not one name of [A-Za-z0-9._-]");
-  }
+  if (auto checked = check_cgroup_parent(plan.parent); !checked) return checked;
   // Retried: a sandbox ending meanwhile removes `hutch` when it was the last one (destroy()).
   constexpr int kAttempts = 8;
   for (int attempt = 0;; ++attempt) {

@@ -145,9 +145,8 @@ bool cgroup_owner_alive(std::string_view id) {
 Result<int> remove_stale_cgroups(const CgroupLayout& layout,
                                  const std::function<bool(std::string_view id)>& is_live,
                                  std::string_view parent_name) {
-  if (!valid_cgroup_parent(parent_name)) {
-    return plain_error("cgroup parent",
-                       "\"" + std::string(parent_name) + "\" is not one name of [A-Za-z0-9._-]");
+  if (auto checked = check_cgroup_parent(parent_name); !checked) {
+    return std::unexpected(checked.error());
   }
   Result<std::vector<CgroupMembership>> own = read_own_cgroups();
   if (!own) return std::unexpected(own.error());

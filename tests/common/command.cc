@@ -105,6 +105,11 @@ std::string read_file_or_empty(const std::string& path) {
   return n < 0 ? "" : text;
 }
 
+std::string last_line(const std::string& out) {
+  auto start = out.rfind('\n', out.size() < 2 ? 0 : out.size() - 2);
+  return start == std::string::npos ? out : out.substr(start + 1);
+}
+
 std::string line_value(const std::string& text, const std::string& key) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {

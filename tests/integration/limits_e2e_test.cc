@@ -52,8 +52,7 @@ class BusyboxRootfs : public ::testing::Test {
   }
 
   static nlohmann::json record(const CommandResult& r) {
-    auto start = r.out.rfind('\n', r.out.size() - 2);
-    return nlohmann::json::parse(start == std::string::npos ? r.out : r.out.substr(start + 1));
+    return nlohmann::json::parse(last_line(r.out));
   }
 
   std::string root_;

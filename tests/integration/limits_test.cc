@@ -20,17 +20,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-nlohmann::json last_json_line(const std::string& out) {
-  auto start = out.rfind('\n', out.size() - 2);
-  return nlohmann::json::parse(start == std::string::npos ? out : out.substr(start + 1));
-}
-
 TEST(Limits, MemoryHogIsOomKilledAndReported) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch({"run", "--json", "--memory", "64M", "--", "python3", "-c",
                   "chunks = []\nwhile True: chunks.append(bytearray(8 << 20))"});
   EXPECT_EQ(r.exit_code, 137) << r.err;
-  auto record = last_json_line(r.out);
+  auto record = nlohmann::json::parse(last_line(r.out));
   EXPECT_EQ(record["oom_killed"], true);
   EXPECT_EQ(record["signal"], SIGKILL);
   EXPECT_LE(record["peak_memory_bytes"].get<uint64_t>(), 64ull << 20);
@@ -52,7 +47,7 @@ TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   EXPECT_LT(sibling.elapsed.count(), 1500) << "a sibling sandbox must not starve under a fork bomb";
   auto r = bomb.get();
   EXPECT_EQ(r.exit_code, 124) << r.err.substr(0, 300);
-  auto record = last_json_line(r.out);
+  auto record = nlohmann::json::parse(last_line(r.out));
   EXPECT_EQ(record["peak_pids"], 32);
 }
 
@@ -61,7 +56,7 @@ TEST(Limits, CpuQuotaHolds) {
   auto r = hutch({"run", "--json", "--cpus", "0.2", "--timeout", "2s", "--", "/bin/sh", "-c",
                   "while :; do :; done"});
   EXPECT_EQ(r.exit_code, 124);
-  auto record = last_json_line(r.out);
+  auto record = nlohmann::json::parse(last_line(r.out));
   const double share = record["cpu_ms"].get<double>() / record["duration_ms"].get<double>();
   EXPECT_GT(share, 0.10);
   EXPECT_LT(share, 0.35);
