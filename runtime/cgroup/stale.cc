@@ -13,6 +13,7 @@
 #include "runtime/cgroup/cgroup_fs.h"
 #include "runtime/cgroup/kill.h"
 #include "runtime/fs/text_file.h"
+#include "runtime/process/proc_stat.h"
 
 namespace hutch {
 namespace {
@@ -35,29 +36,6 @@ Result<uint64_t> own_pid_namespace() {
   struct stat st {};
   if (stat("/proc/self/ns/pid", &st) != 0) return sys_error("stat", "/proc/self/ns/pid");
   return static_cast<uint64_t>(st.st_ino);
-}
-
-struct ProcState {
-  char state = '?';
-  uint64_t start_time = 0;
-};
-
-// proc(5) /proc/<pid>/stat: "pid (comm) state ..." where comm may hold spaces and parentheses,
-// so fields are counted after the last ')'. state is field 3, starttime field 22.
-Result<ProcState> read_proc_state(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  auto read = read_text_file(path);
-  if (!read) return std::unexpected(read.error());
-  const std::string& text = *read;
-  size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return plain_error("parse", path);
-  std::istringstream fields(text.substr(paren + 1));
-  ProcState state;
-  fields >> state.state;
-  std::string skip;
-  for (int field = 4; field < 22; ++field) fields >> skip;
-  if (!(fields >> state.start_time)) return plain_error("parse", path + ": no starttime");
-  return state;
 }
 
 // A dir of one stale id in one hierarchy.

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "runtime/fs/mount_exec.h"
 #include "runtime/ns/net.h"
 #include "runtime/ns/userns.h"
+#include "runtime/process/exec_server.h"
 #include "runtime/process/init.h"
 #include "runtime/process/sync.h"
 #include "runtime/security/caps.h"
@@ -168,6 +170,14 @@ namespace {
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_SETMASK, &all, nullptr);
+  if (plan.exec_listen_fd >= 0) {
+    const int keep_low = std::min(plan.sync_fd, plan.exec_listen_fd);
+    const int keep_high = std::max(plan.sync_fd, plan.exec_listen_fd);
+    close_range(3, keep_low - 1, 0);
+    if (keep_high > keep_low + 1) close_range(keep_low + 1, keep_high - 1, 0);
+    close_range(keep_high + 1, ~0U, 0);
+    run_exec_server(plan.exec_listen_fd, sync_fd);
+  }
   // vfork, not fork(): no page tables to copy, and no atfork handlers taking malloc's or stdio's
   // locks (another thread of the parent may have held one when clone3 copied it). The workload
   // only makes syscalls on its own stack until execve, as vfork requires; init waits meanwhile.

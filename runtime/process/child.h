@@ -15,6 +15,8 @@ namespace hutch {
 // executes (it must not allocate: see STYLE.md "two error regimes").
 struct ChildPlan {
   int sync_fd = -1;
+  // A live sandbox: init serves exec requests on this listening socket instead of running argv.
+  int exec_listen_fd = -1;
   const MountPlan* mounts = nullptr;
   const SeccompProgram* seccomp = nullptr;
   const char* hostname = nullptr;
@@ -29,7 +31,8 @@ struct ChildPlan {
 };
 
 // Runs as the new namespaces' first process (pid 1 of the sandbox): waits for the parent's go,
-// builds the root, forks the workload and stays as its init. Never returns.
+// builds the root, forks the workload and stays as its init (or, in a live sandbox, serves exec
+// requests). Never returns.
 [[noreturn]] void run_sandbox_child(const ChildPlan& plan);
 
 }  // namespace hutch

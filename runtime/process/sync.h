@@ -13,6 +13,7 @@ struct SyncMessage {
     kLayers,         // parent -> child: carries the lower trees, topmost first
     kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
+    kServing,        // init -> parent: a live sandbox's init accepts exec requests
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;

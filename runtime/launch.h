@@ -1,0 +1,73 @@
+// The steps every sandbox start shares, one-shot (`hutch run`) or live (hutchd): resolve the spec
+// into a plan, then create the cgroups and the namespaces and hand the child its maps and layers.
+// Internal to the runtime.
+#pragma once
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/cgroup/sandbox_cgroup.h"
+#include "runtime/error.h"
+#include "runtime/fs/host_rootfs.h"
+#include "runtime/fs/mount_plan.h"
+#include "runtime/process/child.h"
+#include "runtime/spec.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch {
+
+struct Prepared {
+  SandboxSpec spec;  // with canonical paths
+  bool host_rootfs = false;
+  std::vector<SkeletonEntry> skeleton;  // the host rootfs's skeleton layer, topmost
+  std::vector<std::string> lowers;      // host directories, below the skeleton
+  MountPlan mounts;
+  ChildPlan child;
+  std::vector<std::string> path_dirs;
+};
+
+// Validates `input` and computes everything the child will need. A live sandbox has no command
+// of its own: `needs_command` false lets argv be empty.
+Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command);
+
+// The sandbox's init, seen from its parent. Until reaped, destruction kills it, and with it
+// (pid namespace teardown) every process of the sandbox.
+class SandboxProcess {
+ public:
+  SandboxProcess(pid_t pid, int pidfd) : pid_(pid), pidfd_(pidfd) {}
+  SandboxProcess(SandboxProcess&&) = default;
+  SandboxProcess& operator=(SandboxProcess&&) = delete;
+  ~SandboxProcess();
+
+  pid_t pid() const { return pid_; }
+  int pidfd() const { return pidfd_.get(); }
+  void kill() const;
+  // Reaps init (which reaped the workload) along with the resource usage of both.
+  Result<siginfo_t> reap(rusage* usage);
+
+ private:
+  pid_t pid_;
+  UniqueFd pidfd_;
+  bool reaped_ = false;
+};
+
+// A started sandbox child, blocked until it has its layers, then building its root. Members in
+// setup order: teardown kills init before it removes the cgroups.
+struct Launched {
+  std::optional<SandboxCgroup> cgroup;
+  std::optional<SandboxProcess> init;
+  UniqueFd sync;  // the parent's end of the sync socket
+};
+
+// Creates the cgroups (limits written), clone3s the child into its namespaces, attaches it to v1
+// hierarchies, writes its id maps and sends it the lower layers. `skeleton_on_thread`: build the
+// host rootfs's skeleton on a second thread meanwhile (faster; the child must then not allocate,
+// because clone3 may copy a lock that thread holds).
+Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread);
+
+}  // namespace hutch

@@ -1,0 +1,124 @@
+// A sandbox that stays up and runs commands on request: hutchd's unit of work.
+//
+// Three processes per sandbox, each with one job:
+// - the supervisor (serve_sandbox) builds the sandbox, stays its parent, owns its cgroups, and
+//   answers freeze/thaw/stats/destroy on `supervisor_socket`; when init ends, it tears down and
+//   exits. It does not depend on hutchd: a restarted hutchd reconnects to it
+//   (LiveSandbox::connect).
+// - init (pid 1 inside, fully confined) accepts exec requests on `exec_socket`, a listening socket
+//   on the host bound by the supervisor before clone3, and forks one shim per exec.
+// - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on
+//   request kills the command's whole process tree, double forks and setsid included.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/cgroup/stats.h"
+#include "runtime/error.h"
+#include "runtime/spec.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch {
+
+// Where a live sandbox can be reached; what hutchd persists to find it again after a restart.
+struct LiveSandboxRef {
+  pid_t supervisor_pid = 0;
+  uint64_t supervisor_start_time = 0;  // /proc/<pid>/stat field 22: tells a reused pid apart
+  pid_t init_pid = 0;                  // host pid of the sandbox's pid 1
+  std::string exec_socket;             // unix socket paths on the host (≤ 107 bytes)
+  std::string supervisor_socket;
+};
+
+// Runs the supervisor in the calling process, which must be single-threaded (init forks and
+// allocates freely afterwards, which is safe only if clone3 copied no other thread's locks).
+// spec.argv is ignored. Writes one line to ready_fd and closes it: "ok <init pid> <supervisor
+// pid> <supervisor start time>\n" once init serves, or "error <message>\n" (read it with
+// read_serve_ready). Returns the process's exit status when the sandbox is gone (0 after a
+// requested destroy or init's exit, 125 when it could not be built).
+int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
+                  const std::string& supervisor_socket, int ready_fd);
+
+// The other end of serve_sandbox's ready_fd: waits up to `timeout` for its line. The Error of a
+// failed build carries the supervisor's message.
+Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds timeout,
+                                        const std::string& exec_socket,
+                                        const std::string& supervisor_socket);
+
+struct ExecRequest {
+  std::vector<std::string> argv;  // argv[0] is searched in the sandbox's PATH (from env) if bare
+  std::vector<std::string> env;   // complete environment, "K=V"
+  std::string workdir = "/";
+  // The command's stdio; -1 means /dev/null. Borrowed: the caller closes its copies.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  // false: when the ExecProcess is destroyed (or hutchd dies) before the command ends, its whole
+  // tree is killed. true (background processes): it keeps running.
+  bool survive_disconnect = false;
+};
+
+struct ExecExit {
+  int exit_code = 0;    // 128+N when killed by signal N, 126/127 when it could not be executed
+  int term_signal = 0;  // the signal that killed it, 0 if it exited
+  // Set when the command never ran (execve or chdir failed); also written to its stderr.
+  std::optional<std::string> start_error;
+};
+
+// One running command. Move-only; destroying it closes the connection to the shim.
+class ExecProcess {
+ public:
+  ExecProcess(UniqueFd connection, pid_t pid) : connection_(std::move(connection)), pid_(pid) {}
+  pid_t pid() const { return pid_; }  // in the sandbox's pid namespace
+  // Pollable (POLLIN): readable when the exit is known (or the shim vanished).
+  int fd() const { return connection_.get(); }
+  // Non-blocking: the exit once known, nullopt while the command runs. A shim that vanished
+  // without a report (the sandbox was destroyed) is an ExecExit with term_signal SIGKILL.
+  Result<std::optional<ExecExit>> poll_exit();
+  Result<void> signal(int sig);  // the command itself
+  Result<void> kill_tree();      // the command and every descendant, SIGKILL
+
+ private:
+  UniqueFd connection_;
+  pid_t pid_;
+  std::optional<ExecExit> exit_;
+};
+
+// The client side, in hutchd. Thread-safe: execs, file access and supervisor requests may run
+// concurrently from many threads.
+class LiveSandbox {
+ public:
+  // Checks that the supervisor and init are alive and are the processes `ref` names.
+  static Result<LiveSandbox> connect(const LiveSandboxRef& ref);
+
+  const LiveSandboxRef& ref() const { return ref_; }
+  bool alive() const;  // init is still running
+  int init_pidfd() const { return init_pidfd_.get(); }
+
+  // O_PATH|O_DIRECTORY fd of the sandbox's "/" as its init sees it (overlay root, mounts under
+  // it): the root for openat2(RESOLVE_IN_ROOT) in the file API.
+  Result<UniqueFd> open_root() const;
+
+  // Starts a command; returns once it runs (or failed to start: then poll_exit reports it).
+  Result<ExecProcess> exec(const ExecRequest& request) const;
+
+  Result<void> freeze() const;
+  Result<void> thaw() const;
+  Result<CgroupStats> stats() const;
+  // Kills every process, removes mounts and cgroups, and waits until the supervisor has exited.
+  // Idempotent; succeeds when the sandbox is already gone.
+  Result<void> destroy() const;
+
+ private:
+  LiveSandbox() = default;
+  Result<std::string> supervisor_request(const std::string& command) const;
+  LiveSandboxRef ref_;
+  UniqueFd supervisor_pidfd_;
+  UniqueFd init_pidfd_;
+};
+
+}  // namespace hutch

@@ -1,0 +1,354 @@
+#include "runtime/process/exec_server.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/process/child_error.h"
+#include "runtime/process/exec_protocol.h"
+#include "runtime/process/proc_stat.h"
+#include "runtime/process/sync.h"
+
+namespace hutch {
+namespace {
+
+constexpr int kRequestTimeoutMs = 10'000;
+
+struct StartFailure {
+  char step[16];
+  int err;
+};
+
+// A request, parsed: the strings stay in `buffer`, the vectors point into it.
+struct Command {
+  std::vector<char> buffer;
+  std::vector<char*> argv;  // null-terminated
+  std::vector<char*> envp;  // null-terminated
+  const char* workdir = "/";
+  std::vector<std::string> path_dirs;
+  bool survive_disconnect = false;
+  int stdio[3] = {-1, -1, -1};
+};
+
+bool receive_command(int conn, Command& command) {
+  pollfd ready{conn, POLLIN, 0};
+  if (poll(&ready, 1, kRequestTimeoutMs) != 1) return false;
+  command.buffer.resize(kMaxExecRequestBytes);
+  iovec iov{command.buffer.data(), command.buffer.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  if (n < static_cast<ssize_t>(sizeof(ExecRequestHeader)) ||
+      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+    return false;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS ||
+      cmsg->cmsg_len != CMSG_LEN(sizeof(int) * 3))
+    return false;
+  std::memcpy(command.stdio, CMSG_DATA(cmsg), sizeof command.stdio);
+
+  ExecRequestHeader header;
+  std::memcpy(&header, command.buffer.data(), sizeof header);
+  if (header.magic != ExecRequestHeader::kMagic || header.argc == 0) return false;
+  command.survive_disconnect = header.survive_disconnect != 0;
+  // The strings: argc + envc + 1 NUL-terminated entries, nothing after them.
+  char* cursor = command.buffer.data() + sizeof header;
+  char* const end = command.buffer.data() + n;
+  auto next_string = [&]() -> char* {
+    char* nul = static_cast<char*>(std::memchr(cursor, '\0', end - cursor));
+    if (nul == nullptr) return nullptr;
+    char* string = cursor;
+    cursor = nul + 1;
+    return string;
+  };
+  for (uint32_t i = 0; i < header.argc; ++i) {
+    char* arg = next_string();
+    if (arg == nullptr) return false;
+    command.argv.push_back(arg);
+  }
+  for (uint32_t i = 0; i < header.envc; ++i) {
+    char* kv = next_string();
+    if (kv == nullptr) return false;
+    command.envp.push_back(kv);
+  }
+  const char* workdir = next_string();
+  if (workdir == nullptr || cursor != end || command.argv[0][0] == '\0') return false;
+  command.workdir = workdir;
+  command.argv.push_back(nullptr);
+  command.envp.push_back(nullptr);
+
+  std::string path_var = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (char* kv : command.envp) {
+    if (kv != nullptr && std::strncmp(kv, "PATH=", 5) == 0) path_var = kv + 5;
+  }
+  for (size_t start = 0; start <= path_var.size();) {
+    size_t stop = path_var.find(':', start);
+    if (stop == std::string::npos) stop = path_var.size();
+    std::string dir = path_var.substr(start, stop - start);
+    command.path_dirs.push_back(dir.empty() ? "." : dir);
+    start = stop + 1;
+  }
+  return true;
+}
+
+// In the vfork child: only syscalls on this stack until execve or _exit.
+[[noreturn]] void fail_start(int report_fd, const char* step, int err, const char* what) {
+  StartFailure failure{};
+  append_cstr(failure.step, sizeof failure.step, step);
+  failure.err = err;
+  // Like a shell: the reason on the command's stderr, 127 for "not found", 126 otherwise.
+  char line[PATH_MAX + 128] = "hutch: ";
+  append_cstr(line, sizeof line, step);
+  append_cstr(line, sizeof line, "(");
+  append_cstr(line, sizeof line, what);
+  append_cstr(line, sizeof line, "): ");
+  append_cstr(line, sizeof line, strerror(err));
+  append_cstr(line, sizeof line, "\n");
+  (void)!write(STDERR_FILENO, line, std::strlen(line));
+  (void)!write(report_fd, &failure, sizeof failure);
+  _exit(std::strcmp(step, "execve") == 0 && (err == ENOENT || err == ENOTDIR) ? 127 : 126);
+}
+
+[[noreturn]] void run_command(const Command& command, int report_fd) {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  // Its own session and process group, like a shell's job: signals to it do not reach the shim.
+  setsid();
+  for (int target = 0; target < 3; ++target) {
+    if (dup2(command.stdio[target], target) < 0) fail_start(report_fd, "dup2", errno, "stdio");
+  }
+  if (chdir(command.workdir) != 0) fail_start(report_fd, "chdir", errno, command.workdir);
+  // Nothing of the runtime's reaches the command: the connection and the report pipe included.
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  const char* file = command.argv[0];
+  int exec_errno = ENOENT;
+  if (std::strchr(file, '/') != nullptr) {
+    execve(file, command.argv.data(), command.envp.data());
+    exec_errno = errno;
+  } else {
+    bool saw_eacces = false;
+    for (const std::string& dir : command.path_dirs) {
+      char path[PATH_MAX] = "";
+      append_cstr(path, sizeof path, dir.c_str());
+      append_cstr(path, sizeof path, "/");
+      append_cstr(path, sizeof path, file);
+      execve(path, command.argv.data(), command.envp.data());
+      if (errno == EACCES) saw_eacces = true;
+      if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
+        exec_errno = errno;
+        break;
+      }
+    }
+    if (exec_errno == ENOENT && saw_eacces) exec_errno = EACCES;
+  }
+  fail_start(report_fd, "execve", exec_errno, file);
+}
+
+// The shim's children, from /proc (mounted for the sandbox's pid namespace).
+std::vector<pid_t> children_of_self() {
+  std::vector<pid_t> children;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0') continue;
+    auto state = read_proc_state(static_cast<pid_t>(pid));
+    if (state && state->parent == self) children.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(proc);
+  return children;
+}
+
+class Shim {
+ public:
+  explicit Shim(int conn) : conn_(conn) {}
+
+  [[noreturn]] void run() {
+    // Orphans of the command's tree are reparented here, not to init: the tree stays findable
+    // (setsid and double forks included) for kill_tree.
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    signals_ = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    Command command;
+    if (signals_ < 0 || !receive_command(conn_, command)) _exit(1);
+    survive_disconnect_ = command.survive_disconnect;
+
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) _exit(1);
+    // vfork: no page tables to copy; the child only makes syscalls until execve.
+    command_ = vfork();
+    if (command_ == 0) run_command(command, report[1]);
+    close(report[1]);
+    for (int fd : command.stdio) close(fd);
+    if (command_ < 0) {
+      StartFailure failure{};
+      append_cstr(failure.step, sizeof failure.step, "fork");
+      finish_failed(failure);
+    }
+    StartFailure failure{};
+    ssize_t n = read(report[0], &failure, sizeof failure);
+    close(report[0]);
+    send_event(ExecEvent::Kind::kStarted, 0, 0, "");
+    if (n == sizeof failure) finish_failed(failure);
+    serve();
+  }
+
+ private:
+  [[noreturn]] void finish_failed(const StartFailure& failure) {
+    int status = 0;
+    if (command_ > 0) waitpid(command_, &status, 0);
+    char text[256] = "";
+    append_cstr(text, sizeof text, failure.step);
+    append_cstr(text, sizeof text, ": ");
+    append_cstr(text, sizeof text, strerror(failure.err));
+    send_event(ExecEvent::Kind::kExited, WIFEXITED(status) ? WEXITSTATUS(status) : 126, 0, text);
+    _exit(0);
+  }
+
+  [[noreturn]] void serve() {
+    bool connected = true;
+    while (!exited_) {
+      pollfd fds[2] = {{signals_, POLLIN, 0}, {connected ? conn_ : -1, POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) continue;
+      if (fds[0].revents & POLLIN) reap(WNOHANG);
+      if (fds[1].revents == 0 || exited_) continue;
+      ExecControl control{};
+      ssize_t n = recv(conn_, &control, sizeof control, MSG_DONTWAIT);
+      if (n == sizeof control) {
+        if (control.kind == ExecControl::Kind::kSignal) kill(command_, control.signal);
+        if (control.kind == ExecControl::Kind::kKillTree) kill_tree();
+      } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        connected = false;
+        if (!survive_disconnect_) kill_tree();
+      }
+    }
+    const int code = WIFEXITED(status_) ? WEXITSTATUS(status_) : 128 + WTERMSIG(status_);
+    send_event(ExecEvent::Kind::kExited, code, WIFSIGNALED(status_) ? WTERMSIG(status_) : 0, "");
+    // What the command left running is reparented to init, which reaps it.
+    _exit(0);
+  }
+
+  void reap(int flags) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, flags)) > 0) {
+      if (pid == command_) {
+        status_ = status;
+        exited_ = true;
+      }
+      if (flags == 0) return;
+    }
+  }
+
+  // SIGKILLs the command and every descendant: each one killed hands its children to this
+  // subreaper, so the walk repeats until none is left.
+  void kill_tree() {
+    for (;;) {
+      std::vector<pid_t> children = children_of_self();
+      for (pid_t child : children) kill(child, SIGKILL);
+      int status;
+      pid_t pid = waitpid(-1, &status, children.empty() ? WNOHANG : 0);
+      if (pid == command_) {
+        status_ = status;
+        exited_ = true;
+      }
+      if (pid < 0 && errno == ECHILD) return;
+      if (pid == 0) {
+        timespec pause{0, 1'000'000};  // a child not yet visible in /proc
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+
+  void send_event(ExecEvent::Kind kind, int exit_code, int term_signal, const char* error) {
+    ExecEvent event{};
+    event.kind = kind;
+    event.pid = command_;
+    event.exit_code = exit_code;
+    event.term_signal = term_signal;
+    append_cstr(event.start_error, sizeof event.start_error, error);
+    (void)!send(conn_, &event, sizeof event, MSG_NOSIGNAL);
+  }
+
+  int conn_;
+  int signals_ = -1;
+  pid_t command_ = -1;
+  int status_ = 0;
+  bool exited_ = false;
+  bool survive_disconnect_ = false;
+};
+
+void reap_orphans() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+}  // namespace
+
+[[noreturn]] void run_exec_server(int listen_fd, int sync_fd) {
+  // The supervisor's stdio are host fds: the sandbox's /dev/null replaces them.
+  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd >= 0) {
+    for (int target = 0; target < 3; ++target) dup2(null_fd, target);
+    close(null_fd);
+  }
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int signals = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  SyncMessage serving{};
+  serving.kind = SyncMessage::Kind::kServing;
+  serving.from = SyncMessage::From::kInit;
+  if (signals < 0 || send_sync(sync_fd, serving) != 0) _exit(125);
+
+  for (;;) {
+    pollfd fds[3] = {{listen_fd, POLLIN, 0}, {signals, POLLIN, 0}, {sync_fd, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) continue;
+    if (fds[2].revents != 0) _exit(0);  // the supervisor is gone or tears the sandbox down
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (read(signals, &info, sizeof info) == sizeof info) {
+      }
+      reap_orphans();
+    }
+    if (fds[0].revents & POLLIN) {
+      int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) continue;
+      pid_t shim = fork();
+      if (shim == 0) {
+        close(listen_fd);
+        close(signals);
+        close(sync_fd);
+        Shim(conn).run();
+      }
+      // A failed fork (the pids limit) closes the connection: the client reports it.
+      close(conn);
+    }
+  }
+}
+
+}  // namespace hutch

@@ -1,0 +1,294 @@
+// A live sandbox driven through the runtime API: the supervisor runs in a forked child of this
+// (single-threaded) test process, as hutchd's zygote does it.
+#include "runtime/live_sandbox.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "seccomp/default_program.h"
+#include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
+
+namespace hutch {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Output {
+  std::string out;
+  std::string err;
+  ExecExit exit;
+};
+
+class LiveSandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HUTCH_REQUIRE_ROOT();
+    ASSERT_FALSE(dir_.path().empty());
+    SandboxSpec spec;
+    spec.seccomp = default_seccomp_program();
+    spec.limits.pids = 64;
+    exec_socket_ = dir_.path() + "/exec.sock";
+    supervisor_socket_ = dir_.path() + "/supervisor.sock";
+    int ready[2];
+    ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+    supervisor_ = fork();
+    ASSERT_GE(supervisor_, 0);
+    if (supervisor_ == 0) {
+      close(ready[0]);
+      _exit(serve_sandbox(spec, exec_socket_, supervisor_socket_, ready[1]));
+    }
+    close(ready[1]);
+    auto ref = read_serve_ready(ready[0], 10s, exec_socket_, supervisor_socket_);
+    close(ready[0]);
+    ASSERT_TRUE(ref) << ref.error().message();
+    EXPECT_EQ(ref->supervisor_pid, supervisor_);
+    auto connected = LiveSandbox::connect(*ref);
+    ASSERT_TRUE(connected) << connected.error().message();
+    sandbox_.emplace(std::move(*connected));
+  }
+
+  void TearDown() override {
+    if (sandbox_) {
+      auto destroyed = sandbox_->destroy();
+      EXPECT_TRUE(destroyed) << destroyed.error().message();
+    }
+    if (supervisor_ > 0) {
+      int status = 0;
+      EXPECT_EQ(waitpid(supervisor_, &status, 0), supervisor_);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+  }
+
+  // Runs argv to its end, collecting stdout and stderr.
+  Output run(std::vector<std::string> argv, const std::string& input = "") {
+    Output output;
+    int out[2], err[2], in[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
+    ExecRequest request;
+    request.argv = std::move(argv);
+    request.env = {"PATH=/usr/bin:/bin", "HOME=/root"};
+    request.stdin_fd = in[0];
+    request.stdout_fd = out[1];
+    request.stderr_fd = err[1];
+    auto process = sandbox_->exec(request);
+    close(out[1]);
+    close(err[1]);
+    close(in[0]);
+    (void)!write(in[1], input.data(), input.size());
+    close(in[1]);
+    EXPECT_TRUE(process) << process.error().message();
+    if (process) {
+      EXPECT_GT(process->pid(), 1);
+      output.out = drain(out[0]);
+      output.err = drain(err[0]);
+      output.exit = wait_exit(*process);
+    }
+    close(out[0]);
+    close(err[0]);
+    return output;
+  }
+
+  // How many `sleep` processes the sandbox has (by comm: the checking shell's own command line
+  // must not count).
+  std::string count_sleeps() {
+    return run({"sh", "-c", "cat /proc/[0-9]*/comm | grep -c '^sleep$' || true"}).out;
+  }
+
+  static std::string drain(int fd) {
+    std::string text;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, n);
+    return text;
+  }
+
+  static ExecExit wait_exit(ExecProcess& process) {
+    for (;;) {
+      pollfd fd{process.fd(), POLLIN, 0};
+      poll(&fd, 1, 10'000);
+      auto exit = process.poll_exit();
+      EXPECT_TRUE(exit);
+      if (!exit) return {};
+      if (*exit) return **exit;
+    }
+  }
+
+  testing::TempDir dir_;
+  std::string exec_socket_;
+  std::string supervisor_socket_;
+  pid_t supervisor_ = -1;
+  std::optional<LiveSandbox> sandbox_;
+};
+
+TEST_F(LiveSandboxTest, ExecsRunInsideWithOutputStdinAndExitCodes) {
+  Output echo = run({"sh", "-c", "echo out; echo err >&2; cat; exit 7"}, "from stdin");
+  EXPECT_EQ(echo.out, "out\nfrom stdin");
+  EXPECT_EQ(echo.err, "err\n");
+  EXPECT_EQ(echo.exit.exit_code, 7);
+  EXPECT_EQ(echo.exit.term_signal, 0);
+
+  // Every exec is in the sandbox's namespaces, as its root, fully confined.
+  Output status = run({"cat", "/proc/self/status"});
+  EXPECT_NE(status.out.find("Seccomp:\t2"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("CapEff:\t0000000000000000"), std::string::npos);
+  EXPECT_NE(status.out.find("NoNewPrivs:\t1"), std::string::npos);
+  Output uid_map = run({"cat", "/proc/self/uid_map"});
+  EXPECT_NE(uid_map.out.find("1000000000"), std::string::npos) << uid_map.out;
+  char host_ns[64] = {}, sandbox_ns[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/pid", host_ns, sizeof host_ns - 1), 0);
+  Output ns = run({"readlink", "/proc/self/ns/pid"});
+  ASSERT_GT(readlink(("/proc/" + std::to_string(sandbox_->ref().init_pid) + "/ns/pid").c_str(),
+                     sandbox_ns, sizeof sandbox_ns - 1),
+            0);
+  EXPECT_EQ(ns.out, std::string(sandbox_ns) + "\n");
+  EXPECT_NE(std::string(host_ns), std::string(sandbox_ns));
+
+  // A file written by one exec is seen by the next: one sandbox, one filesystem.
+  EXPECT_EQ(run({"sh", "-c", "echo kept > /tmp/state"}).exit.exit_code, 0);
+  EXPECT_EQ(run({"cat", "/tmp/state"}).out, "kept\n");
+}
+
+TEST_F(LiveSandboxTest, CommandsThatCannotStartReport127And126) {
+  Output missing = run({"no-such-command"});
+  EXPECT_EQ(missing.exit.exit_code, 127);
+  ASSERT_TRUE(missing.exit.start_error);
+  EXPECT_NE(missing.err.find("No such file or directory"), std::string::npos) << missing.err;
+  Output not_executable = run({"/etc/hostname"});
+  EXPECT_EQ(not_executable.exit.exit_code, 126);
+
+  ExecRequest request;
+  request.argv = {"true"};
+  request.workdir = "/no/such/dir";
+  auto process = sandbox_->exec(request);
+  ASSERT_TRUE(process) << process.error().message();
+  ExecExit exit = wait_exit(*process);
+  EXPECT_EQ(exit.exit_code, 126);
+  ASSERT_TRUE(exit.start_error);
+  EXPECT_NE(exit.start_error->find("chdir"), std::string::npos);
+}
+
+TEST_F(LiveSandboxTest, KillTreeKillsDoubleForkedAndSetsidDescendants) {
+  ExecRequest request;
+  request.argv = {"sh", "-c", "(setsid sleep 1000 &); (sleep 1001 &); sleep 1002"};
+  auto process = sandbox_->exec(request);
+  ASSERT_TRUE(process) << process.error().message();
+  // Wait until all three sleeps exist.
+  for (int i = 0; i < 200; ++i) {
+    if (count_sleeps() == "3\n") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(process->kill_tree());
+  ExecExit exit = wait_exit(*process);
+  EXPECT_EQ(exit.term_signal, SIGKILL);
+  EXPECT_EQ(exit.exit_code, 128 + SIGKILL);
+  EXPECT_EQ(count_sleeps(), "0\n");
+}
+
+TEST_F(LiveSandboxTest, DisconnectKillsAForegroundCommandButNotABackgroundOne) {
+  ExecRequest foreground;
+  foreground.argv = {"sleep", "1000"};
+  ExecRequest background;
+  background.argv = {"sleep", "2000"};
+  background.survive_disconnect = true;
+  {
+    auto a = sandbox_->exec(foreground);
+    auto b = sandbox_->exec(background);
+    ASSERT_TRUE(a && b);
+  }
+  std::string seen;
+  for (int i = 0; i < 200; ++i) {
+    seen = run({"sh", "-c",
+                "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -o 'sleep [12]000' | sort | tr "
+                "'\\n' ,"})
+               .out;
+    if (seen == "sleep 2000,") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(seen, "sleep 2000,");
+}
+
+TEST_F(LiveSandboxTest, SignalReachesTheCommand) {
+  ExecRequest request;
+  request.argv = {"sleep", "1000"};
+  auto process = sandbox_->exec(request);
+  ASSERT_TRUE(process);
+  ASSERT_TRUE(process->signal(SIGTERM));
+  ExecExit exit = wait_exit(*process);
+  EXPECT_EQ(exit.term_signal, SIGTERM);
+  EXPECT_EQ(exit.exit_code, 128 + SIGTERM);
+}
+
+TEST_F(LiveSandboxTest, FreezeStopsProgressAndThawResumes) {
+  ASSERT_TRUE(sandbox_->freeze());
+  ExecRequest request;
+  request.argv = {"true"};
+  // A frozen sandbox's init cannot accept: exec waits until thawed.
+  std::thread thaw([&] {
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE(sandbox_->thaw());
+  });
+  auto started = std::chrono::steady_clock::now();
+  auto process = sandbox_->exec(request);
+  thaw.join();
+  ASSERT_TRUE(process) << process.error().message();
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 150ms);
+  EXPECT_EQ(wait_exit(*process).exit_code, 0);
+  auto stats = sandbox_->stats();
+  ASSERT_TRUE(stats) << stats.error().message();
+  EXPECT_TRUE(stats->pids_current.has_value());
+}
+
+TEST_F(LiveSandboxTest, RootFdSeesTheSandboxFilesystem) {
+  EXPECT_EQ(run({"sh", "-c", "echo inside > /tmp/marker"}).exit.exit_code, 0);
+  auto root = sandbox_->open_root();
+  ASSERT_TRUE(root) << root.error().message();
+  int fd = openat(root->get(), "tmp/marker", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(drain(fd), "inside\n");
+  close(fd);
+}
+
+TEST_F(LiveSandboxTest, DestroyLeavesNothingAndConnectRefusesAfterwards) {
+  const LiveSandboxRef ref = sandbox_->ref();
+  ExecRequest request;
+  request.argv = {"sleep", "1000"};
+  request.survive_disconnect = true;
+  ASSERT_TRUE(sandbox_->exec(request));
+  ASSERT_TRUE(sandbox_->destroy());
+  EXPECT_TRUE(sandbox_->destroy());  // idempotent
+  sandbox_.reset();
+  int status = 0;
+  ASSERT_EQ(waitpid(supervisor_, &status, 0), supervisor_);
+  supervisor_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(ref.init_pid)));
+  EXPECT_FALSE(std::filesystem::exists(ref.exec_socket));
+  EXPECT_FALSE(std::filesystem::exists(ref.supervisor_socket));
+  auto again = LiveSandbox::connect(ref);
+  EXPECT_FALSE(again);
+  for (const char* hierarchy : {"/sys/fs/cgroup/pids/hutch", "/sys/fs/cgroup/memory/hutch",
+                                "/sys/fs/cgroup/unified/hutch", "/sys/fs/cgroup/hutch"}) {
+    std::error_code ignored;
+    for (const auto& entry : std::filesystem::directory_iterator(hierarchy, ignored)) {
+      if (!entry.is_directory()) continue;
+      EXPECT_EQ(entry.path().filename().string().find(std::to_string(ref.supervisor_pid)),
+                std::string::npos)
+          << entry.path();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hutch
