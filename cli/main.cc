@@ -3,15 +3,20 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 
 #include "cli/options.h"
 #include "runtime/features.h"
+#include "runtime/layers/layer_store.h"
+#include "runtime/recipes/recipe.h"
 #include "runtime/sandbox.h"
 #include "seccomp/default_program.h"
 #include "seccomp/profile.h"
@@ -27,6 +32,8 @@ constexpr int kExitNotFound = 127;
 
 struct RunOptions {
   std::string rootfs = "host";
+  std::vector<std::string> layers;
+  std::string upper_dir;
   std::string timeout;
   std::vector<std::string> env;
   std::string workdir = "/";
@@ -79,7 +86,19 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   for (const std::string& arg : spec.argv) {
     if (arg.find('\0') != std::string::npos) return plain_error("command", "argument contains NUL");
   }
-  if (options.rootfs != "host") spec.lower_dirs = {options.rootfs};
+  spec.layers = options.layers;
+  if (options.rootfs.starts_with("recipe:")) {
+    // Only recipes need the layer store: a plain run never opens the state dir.
+    auto store = layers::LayerStore::open(state_dir);
+    if (!store) return std::unexpected(store.error());
+    auto rootfs = recipes::resolve_rootfs(*store, options.rootfs);
+    if (!rootfs) return std::unexpected(rootfs.error());
+    spec.layers.insert(spec.layers.end(), rootfs->layers.begin(), rootfs->layers.end());
+    spec.lower_dirs = rootfs->lower_dirs;
+  } else if (options.rootfs != "host") {
+    spec.lower_dirs = {options.rootfs};
+  }
+  spec.upper_dir = options.upper_dir;
   if (!options.timeout.empty()) {
     auto timeout = parse_duration(options.timeout);
     if (!timeout) return std::unexpected(timeout.error());
@@ -195,6 +214,215 @@ int run(const RunOptions& options, const std::string& state_dir) {
   return status;
 }
 
+struct RecipeOptions {
+  std::string dir;
+  std::string name;
+  std::string base;
+  std::vector<std::string> env;
+  RunOptions sandbox;
+  bool json = false;
+};
+
+struct LayerOptions {
+  std::vector<std::string> digests;
+  bool json = false;
+};
+
+// recipe.json: {"base": "...", "env": {"K": "V"}, "limits": {"memory": "512M", "pids": 256,
+// "cpus": 1.0}, "timeout": "10m"}. Command-line options win over it.
+Result<void> apply_recipe_json(RecipeOptions& recipe) {
+  const std::string path = recipe.dir + "/recipe.json";
+  if (access(path.c_str(), F_OK) != 0) return {};
+  auto text = read_file(path);
+  if (!text) return std::unexpected(text.error());
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(*text);
+    if (!doc.is_object()) return plain_error("recipe.json", "not a JSON object");
+    for (const auto& [key, value] : doc.items()) {
+      if (key == "base") {
+        if (recipe.base.empty()) recipe.base = value.get<std::string>();
+      } else if (key == "env") {
+        std::vector<std::string> env;
+        for (const auto& [k, v] : value.items()) env.push_back(k + "=" + v.get<std::string>());
+        env.insert(env.end(), recipe.env.begin(), recipe.env.end());
+        recipe.env = std::move(env);
+      } else if (key == "timeout") {
+        if (recipe.sandbox.timeout.empty()) recipe.sandbox.timeout = value.get<std::string>();
+      } else if (key == "limits") {
+        for (const auto& [limit, v] : value.items()) {
+          if (limit == "memory" && recipe.sandbox.memory.empty())
+            recipe.sandbox.memory = v.get<std::string>();
+          else if (limit == "pids" && !recipe.sandbox.pids)
+            recipe.sandbox.pids = v.get<uint64_t>();
+          else if (limit == "cpus" && !recipe.sandbox.cpus)
+            recipe.sandbox.cpus = v.get<double>();
+          else if (limit != "memory" && limit != "pids" && limit != "cpus")
+            return plain_error("recipe.json", "unknown limit \"" + limit + "\"");
+        }
+      } else {
+        return plain_error("recipe.json", "unknown key \"" + key + "\"");
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return plain_error("recipe.json", e.what());
+  }
+  return {};
+}
+
+int recipe_build(RecipeOptions recipe, const std::string& state_dir) {
+  if (auto r = apply_recipe_json(recipe); !r) return fail(r.error());
+  std::vector<std::string> bake_env;
+  for (const std::string& kv : recipe.env) {
+    auto parsed = parse_env(kv);
+    if (!parsed) return fail(parsed.error());
+    bake_env.push_back(*parsed);
+  }
+  recipe.sandbox.env.clear();
+  recipe.sandbox.command = {"true"};  // replaced by bake()
+  auto spec = make_spec(recipe.sandbox, state_dir);
+  if (!spec) return fail(spec.error());
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  recipes::BakeRequest request;
+  auto dir = std::filesystem::weakly_canonical(recipe.dir);
+  request.recipe_dir = dir.string();
+  request.name = recipe.name.empty() ? dir.filename().string() : recipe.name;
+  request.base = recipe.base.empty() ? "host" : recipe.base;
+  request.bake_env = std::move(bake_env);
+  request.sandbox = std::move(*spec);
+  auto outcome = recipes::bake(*store, request);
+  if (!outcome) {
+    if (recipe.json) {
+      std::printf("%s\n",
+                  nlohmann::json{{"name", request.name}, {"error", outcome.error().message()}}
+                      .dump()
+                      .c_str());
+    }
+    return fail(outcome.error());
+  }
+  if (recipe.json) {
+    std::printf("%s\n", nlohmann::json{{"name", request.name},
+                                       {"digest", outcome->digest},
+                                       {"cached", outcome->cached}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("%s %s %s\n", request.name.c_str(), outcome->digest.c_str(),
+                outcome->cached ? "cached" : "built");
+  }
+  return 0;
+}
+
+int recipe_list(bool json, const std::string& state_dir) {
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  auto tags = store->tags();
+  if (!tags) return fail(tags.error());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [name, digest] : *tags) {
+    auto info = store->get(digest);
+    if (!info) return fail(info.error());
+    if (json) {
+      out.push_back({{"name", name},
+                     {"digest", digest},
+                     {"created", info->manifest.created},
+                     {"size", info->manifest.size},
+                     {"base", info->manifest.base}});
+    } else {
+      std::printf("%-24s %s %10llu bytes\n", name.c_str(), digest.c_str(),
+                  static_cast<unsigned long long>(info->manifest.size));
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int layers_list(bool json, const std::string& state_dir) {
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  auto all = store->list();
+  if (!all) return fail(all.error());
+  nlohmann::json out = nlohmann::json::array();
+  for (const layers::LayerInfo& layer : *all) {
+    if (json) {
+      out.push_back({{"digest", layer.digest},
+                     {"parents", layer.manifest.parents},
+                     {"created", layer.manifest.created},
+                     {"size", layer.manifest.size},
+                     {"built_by", layer.manifest.built_by}});
+    } else {
+      std::printf("%s %10llu bytes  %s\n", layer.digest.c_str(),
+                  static_cast<unsigned long long>(layer.manifest.size),
+                  layer.manifest.built_by.c_str());
+    }
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int layers_du(const std::string& state_dir) {
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  auto all = store->list();
+  if (!all) return fail(all.error());
+  uint64_t total = 0;
+  for (const layers::LayerInfo& layer : *all) {
+    std::error_code ignored;
+    const uint64_t image = std::filesystem::file_size(store->image_path(layer.digest), ignored);
+    total += layer.manifest.size + (ignored ? 0 : image);
+  }
+  std::printf("%zu layers, %llu bytes (trees and images)\n", all->size(),
+              static_cast<unsigned long long>(total));
+  return 0;
+}
+
+int layers_remove(const std::vector<std::string>& digests, const std::string& state_dir) {
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  auto in_use = recipes::layers_in_use(*store);
+  if (!in_use) return fail(in_use.error());
+  for (const std::string& digest : digests) {
+    auto info = store->get(digest);
+    if (!info) return fail(info.error());
+    if (std::ranges::find(*in_use, info->digest) != in_use->end())
+      return fail(
+          plain_error("layers rm", info->digest + " is in use by a running sandbox").error());
+    if (auto r = store->remove(info->digest); !r) return fail(r.error());
+  }
+  return 0;
+}
+
+int layers_gc(const std::string& state_dir) {
+  auto store = layers::LayerStore::open(state_dir);
+  if (!store) return fail(store.error());
+  auto in_use = recipes::layers_in_use(*store);
+  if (!in_use) return fail(in_use.error());
+  auto removed = store->gc(*in_use);
+  if (!removed) return fail(removed.error());
+  for (const std::string& digest : *removed) std::printf("removed %s\n", digest.c_str());
+  return 0;
+}
+
+// The verbs that talk to hutchd are served by hutch-client, installed next to this binary: it
+// links cpp-httplib, which exists only as a shared library, and hutch stays static.
+constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
+                                             "rm",     "pause", "resume",  "logs"};
+
+bool is_client_verb(const char* arg) {
+  return std::ranges::find(kClientVerbs, std::string_view(arg)) != std::end(kClientVerbs);
+}
+
+// Replaces this process with hutch-client (same argv); returns only on failure.
+int exec_client(char** argv) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n < 0) return fail(sys_error("readlink", "/proc/self/exe").error());
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + "hutch-client";
+  ::execv(path.c_str(), argv);
+  return fail(sys_error("execv", path + " (it serves hutch's hutchd verbs)").error());
+}
+
 int info(bool json) {
   std::vector<Feature> features = probe_features();
   if (json) {
@@ -217,7 +445,13 @@ int info(bool json) {
 
 int main(int argc, char** argv) {
   using namespace hutch::cli;
+  if (argc > 1 && is_client_verb(argv[1])) return exec_client(argv);
   CLI::App app{"hutch: lightweight Linux sandboxes from namespaces, overlayfs and seccomp"};
+  app.footer(
+      "Verbs served by hutchd (see hutch VERB --help): create, ls, inspect, exec, cp, rm, pause,\n"
+      "resume, logs. They find it at --socket PATH ($HUTCH_SOCKET, default\n"
+      "/run/hutch/hutchd.sock) or --url http://HOST:PORT with --token-file; they exit 125 when\n"
+      "hutchd answers an error or cannot be reached (exec: the command's own status).");
   app.require_subcommand(1);
   std::string state_dir = "/var/lib/hutch";
   if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
@@ -229,7 +463,14 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd =
       app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
   run_cmd->add_option("--rootfs", options.rootfs,
-                      "\"host\" (embedded default) or a rootfs directory");
+                      "\"host\" (embedded default), a rootfs directory, or recipe:NAME");
+  run_cmd
+      ->add_option("--layer", options.layers,
+                   "Read-only layer DIR above the rootfs, topmost first (repeatable): a captured "
+                   "upper dir")
+      ->allow_extra_args(false);
+  run_cmd->add_option("--upper-dir", options.upper_dir,
+                      "Keep the writable layer in DIR/upper (not a tmpfs) after the run");
   run_cmd->add_option("--timeout", options.timeout,
                       "Kill the whole sandbox after DURATION (30s, 500ms, 2m); exit 124");
   run_cmd
@@ -272,6 +513,39 @@ int main(int argc, char** argv) {
   CLI::App* info_cmd = app.add_subcommand("info", "Report the kernel features hutch uses");
   info_cmd->add_flag("--json", info_json, "JSON output");
 
+  RecipeOptions recipe;
+  CLI::App* recipe_cmd = app.add_subcommand("recipe", "Bake and list recipes (setup.sh layers)");
+  recipe_cmd->require_subcommand(1);
+  CLI::App* build_cmd = recipe_cmd->add_subcommand(
+      "build", "Run DIR/setup.sh once in a fresh sandbox and keep its changes as a layer");
+  build_cmd->add_option("dir", recipe.dir, "Recipe directory (setup.sh, optional recipe.json)")
+      ->required();
+  build_cmd->add_option("--name", recipe.name, "Tag of the result (default: the dir's name)");
+  build_cmd->add_option("--base", recipe.base,
+                        "host (default), a rootfs directory or recipe:NAME; overrides recipe.json");
+  build_cmd
+      ->add_option("--env", recipe.env,
+                   "K=V for setup.sh only (repeatable): never stored in the layer")
+      ->allow_extra_args(false);
+  build_cmd->add_option("--timeout", recipe.sandbox.timeout, "Kill setup.sh after DURATION");
+  build_cmd->add_option("--memory", recipe.sandbox.memory, "Memory limit of the bake");
+  build_cmd->add_option("--pids", recipe.sandbox.pids, "Process limit of the bake");
+  build_cmd->add_option("--disk", recipe.sandbox.disk, "Cap of /tmp during the bake");
+  build_cmd->add_flag("--json", recipe.json, "Print the outcome as JSON");
+  CLI::App* recipe_ls_cmd = recipe_cmd->add_subcommand("ls", "List recipes");
+  recipe_ls_cmd->add_flag("--json", recipe.json, "JSON output");
+
+  LayerOptions layer_options;
+  CLI::App* layers_cmd = app.add_subcommand("layers", "The layer store: ls, du, rm, gc");
+  layers_cmd->require_subcommand(1);
+  CLI::App* layers_ls_cmd = layers_cmd->add_subcommand("ls", "List layers");
+  layers_ls_cmd->add_flag("--json", layer_options.json, "JSON output");
+  CLI::App* layers_du_cmd = layers_cmd->add_subcommand("du", "Disk use of the store");
+  CLI::App* layers_rm_cmd = layers_cmd->add_subcommand("rm", "Remove layers (not tagged ones)");
+  layers_rm_cmd->add_option("digest", layer_options.digests, "sha256:... (or the hex)")->required();
+  CLI::App* layers_gc_cmd =
+      layers_cmd->add_subcommand("gc", "Remove layers no recipe, snapshot or sandbox uses");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -279,5 +553,11 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitRuntimeFailure;
   }
   if (run_cmd->parsed()) return run(options, state_dir);
+  if (build_cmd->parsed()) return recipe_build(recipe, state_dir);
+  if (recipe_ls_cmd->parsed()) return recipe_list(recipe.json, state_dir);
+  if (layers_ls_cmd->parsed()) return layers_list(layer_options.json, state_dir);
+  if (layers_du_cmd->parsed()) return layers_du(state_dir);
+  if (layers_rm_cmd->parsed()) return layers_remove(layer_options.digests, state_dir);
+  if (layers_gc_cmd->parsed()) return layers_gc(state_dir);
   return info(info_json);
 }

@@ -15,6 +15,7 @@
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/stale.h"
+#include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/pidfd.h"
@@ -52,6 +53,21 @@ Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
   return {};
 }
 
+// upper_dir/{upper,work}, owned by the sandbox's root so that it can write its root directory;
+// upper_dir itself too (mode 0700), since the overlay is mounted with the sandbox root's creds.
+Result<void> prepare_upper_dir(const SandboxSpec& spec) {
+  if (chown(spec.upper_dir.c_str(), spec.ids.host_base, spec.ids.host_base) != 0)
+    return sys_error("chown", spec.upper_dir + " to " + std::to_string(spec.ids.host_base));
+  if (chmod(spec.upper_dir.c_str(), 0700) != 0) return sys_error("chmod", spec.upper_dir + " 0700");
+  for (const char* name : {"upper", "work"}) {
+    const std::string path = spec.upper_dir + "/" + name;
+    if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mkdir", path);
+    if (chown(path.c_str(), spec.ids.host_base, spec.ids.host_base) != 0)
+      return sys_error("chown", path + " to " + std::to_string(spec.ids.host_base));
+  }
+  return {};
+}
+
 // Part two, while the child sets up its staging area: the lower trees. Idmapped through the
 // child's user namespace, host root's files appear as the sandbox root's.
 Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>& skeleton,
@@ -60,6 +76,14 @@ Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
   std::vector<int> fds;
+  for (const std::string& layer : prepared.layers) {
+    auto tree = layer.ends_with(".erofs")
+                    ? open_erofs_tree(layer)
+                    : open_idmapped_tree(layer, userns->get(), prepared.spec.ids.host_base);
+    if (!tree) return std::unexpected(tree.error());
+    fds.push_back(tree->get());
+    trees.push_back(std::move(*tree));
+  }
   if (skeleton.valid()) {
     auto built = skeleton.get();
     if (!built) return std::unexpected(built.error());
@@ -71,6 +95,12 @@ Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>
     if (!tree) return std::unexpected(tree.error());
     fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
+  }
+  if (!prepared.spec.upper_dir.empty()) {
+    auto upper = open_writable_tree(prepared.spec.upper_dir);
+    if (!upper) return std::unexpected(upper.error());
+    fds.push_back(upper->get());
+    trees.push_back(std::move(*upper));
   }
   SyncMessage layers{};
   layers.kind = SyncMessage::Kind::kLayers;
@@ -146,8 +176,21 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
       out.lowers.push_back(*canonical);
     }
   }
-  const size_t lower_count = out.lowers.size() + (out.host_rootfs ? 1 : 0);
-  if (lower_count > kMaxPassedFds) return plain_error("rootfs", "too many lower layers");
+  for (const std::string& layer : spec.layers) {
+    auto canonical = canonical_dir(layer, layer.ends_with(".erofs") ? "layer image" : "layer");
+    if (!canonical) return std::unexpected(canonical.error());
+    out.layers.push_back(*canonical);
+  }
+  const size_t lower_count = out.layers.size() + out.lowers.size() + (out.host_rootfs ? 1 : 0);
+  if (lower_count + (spec.upper_dir.empty() ? 0 : 1) > kMaxPassedFds)
+    return plain_error("rootfs", "too many lower layers (at most " +
+                                     std::to_string(kMaxPassedFds - 1) + " with a host upper dir)");
+  if (!spec.upper_dir.empty()) {
+    auto canonical = canonical_dir(spec.upper_dir, "upper dir");
+    if (!canonical) return std::unexpected(canonical.error());
+    spec.upper_dir = *canonical;
+    if (auto r = prepare_upper_dir(spec); !r) return r;
+  }
   for (BindMount& bind : spec.binds) {
     auto canonical = canonical_dir(bind.source, "bind source");
     if (!canonical) return std::unexpected(canonical.error());

@@ -25,6 +25,7 @@ struct Prepared {
   SandboxSpec spec;  // with canonical paths
   bool host_rootfs = false;
   std::vector<SkeletonEntry> skeleton;  // the host rootfs's skeleton layer, topmost
+  std::vector<std::string> layers;      // spec.layers, canonical: above the skeleton
   std::vector<std::string> lowers;      // host directories, below the skeleton
   MountPlan mounts;
   ChildPlan child;

@@ -31,6 +31,15 @@ enum class NetMode { kNone, kLoopback };
 struct SandboxSpec {
   // Read-only lower directories, topmost first; empty means the embedded host rootfs.
   std::vector<std::string> lower_dirs;
+  // Read-only layers stacked above the rootfs, topmost first: captured upper directories (recipes,
+  // snapshots), owned by the sandbox's host ids already, so never idmapped. A path ending in
+  // ".erofs" is an image (runtime/fs/erofs.h), mounted through a loop device; else a directory.
+  std::vector<std::string> layers;
+  // Empty: the writable layer is a tmpfs of disk_bytes that vanishes with the sandbox. Else a host
+  // directory on a filesystem with user xattrs (ext4, xfs, tmpfs 6.6+): hutch gives it (mode 0700)
+  // to the sandbox's root and creates `upper` and `work` in it, which stay after the sandbox (a
+  // bake captures `upper`). disk_bytes then caps only /tmp.
+  std::string upper_dir;
   std::vector<std::string> argv;
   std::vector<std::string> env;  // complete environment, "K=V"
   std::string workdir = "/";

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency (Debian packages only) and builds hutch.
 # python3 and busybox-static: tests run them inside sandboxes; qemu-system-x86 and cpio: the
-# pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers.
+# pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
+# libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
+# each layer's image (runtime/fs/erofs.h).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
-  libcli11-dev
+  libcli11-dev libssl-dev erofs-utils
   python3 busybox-static
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux

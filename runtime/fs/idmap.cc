@@ -34,4 +34,14 @@ Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_
                    std::string(idmap ? "MOUNT_ATTR_IDMAP" : "MOUNT_ATTR_RDONLY") + " on " + path);
 }
 
+Result<UniqueFd> open_writable_tree(const std::string& dir) {
+  UniqueFd tree(open_tree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree) return sys_error("open_tree", dir);
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (mount_setattr(tree.get(), "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    return sys_error("mount_setattr", "NOSUID|NODEV on " + dir);
+  return tree;
+}
+
 }  // namespace hutch

@@ -20,4 +20,8 @@ namespace hutch {
 // an error saying so where its filesystem cannot be (tmpfs before Linux 6.3, NFS, ...).
 Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_t sandbox_root);
 
+// A detached clone of `dir`, writable, nosuid and nodev, not idmapped: a host upper dir, whose
+// files get the sandbox's host ids as they are created.
+Result<UniqueFd> open_writable_tree(const std::string& dir);
+
 }  // namespace hutch

@@ -275,6 +275,13 @@ bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError*
       return fail(error, "move_mount", dir);
     }
   }
+  if (plan.host_upper) {
+    if (mkdir("/upperfs", 0755) != 0) return fail(error, "mkdir", "/upperfs");
+    if (move_mount(lower_fds[plan.lower_count], "", AT_FDCWD, "/upperfs",
+                   MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+      return fail(error, "move_mount", "/upperfs");
+    }
+  }
   if (mount("overlay", kNewRoot, "overlay", MS_NOSUID | MS_NODEV, plan.overlay_options.c_str()) !=
       0) {
     return fail(error, "mount", "overlay on /root");

@@ -12,7 +12,8 @@ namespace hutch {
 // root stays reachable at /oldroot for bind sources until pivot_into_root.
 bool enter_staging(const MountPlan& plan, ChildError* error);
 
-// Attaches the idmapped lower trees the parent sent at /lower0.. and mounts the overlay at /root.
+// Attaches the idmapped lower trees the parent sent at /lower0.. (and the host upper dir, when the
+// plan has one, at /upperfs) and mounts the overlay at /root.
 bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError* error);
 
 // Runs plan.ops beneath /root.

@@ -83,7 +83,10 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) 
     plan.overlay_options += (i ? ":/lower" : "/lower") + std::to_string(i);
   }
   // userxattr: inside a user namespace overlayfs may only use user.* xattrs.
-  plan.overlay_options += ",upperdir=/upper,workdir=/work,userxattr";
+  plan.host_upper = !spec.upper_dir.empty();
+  plan.overlay_options += plan.host_upper ? ",upperdir=/upperfs/upper,workdir=/upperfs/work"
+                                          : ",upperdir=/upper,workdir=/work";
+  plan.overlay_options += ",userxattr";
 
   auto& ops = plan.ops;
   const std::string size = std::to_string(spec.disk_bytes);

@@ -41,6 +41,9 @@ struct MountOp {
 struct MountPlan {
   std::string overlay_options;  // lowerdir=...,upperdir=...,workdir=... inside the staging area
   size_t lower_count = 0;
+  // The upper and work dirs come from a host directory passed after the lowers (spec.upper_dir),
+  // attached at /upperfs, instead of living in the staging tmpfs.
+  bool host_upper = false;
   unsigned long long staging_bytes = 0;
   std::vector<MountOp> ops;
 };

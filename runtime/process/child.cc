@@ -138,7 +138,8 @@ namespace {
       layers.kind != SyncMessage::Kind::kLayers) {
     _exit(125);
   }
-  if (static_cast<size_t>(lower_count) != plan.mounts->lower_count) {
+  if (static_cast<size_t>(lower_count) !=
+      plan.mounts->lower_count + (plan.mounts->host_upper ? 1 : 0)) {
     die_step(sync_fd, from, "recvmsg", "lower layer fds", EBADMSG);
   }
   if (!mount_root_overlay(*plan.mounts, lower_fds, &error)) die(sync_fd, from, error, 125);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# hutchd latency and throughput, with per-command peers (bubblewrap, `hutch run`, fork/exec) in the
+# same run. Usage: bench/daemon.sh [--runs N] [--seconds S] [--clients 1,2,4,8]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_dir=${HUTCH_BUILD_DIR:-build}
+[[ -f $build_dir/CMakeCache.txt ]] || cmake -S . -B "$build_dir" >/dev/null
+cmake --build "$build_dir" --target hutchd hutch daemon_bench >/dev/null
+
+tmp=$(mktemp -d /tmp/hutch-bench-daemon.XXXXXX)
+daemon=
+cleanup() {
+  set +e
+  if [[ -n $daemon ]]; then
+    kill -TERM "$daemon" && wait "$daemon"
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$build_dir/daemon/hutchd" --socket "$tmp/hutchd.sock" --state-dir "$tmp/state" \
+  --destroy-on-exit 2>"$tmp/hutchd.log" &
+daemon=$!
+for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
+[[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
+
+peers=(--peer "fork-exec=/bin/true")
+peers+=(--peer "hutch-run=$(realpath "$build_dir/hutch") run --no-limits -- /bin/true")
+if command -v bwrap >/dev/null; then
+  peers+=(--peer "bwrap=$(command -v bwrap) --unshare-all --ro-bind / / --proc /proc --dev /dev /bin/true")
+else
+  echo "bwrap: not installed, skipped (scripts/setup.sh installs it)"
+fi
+"$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" "${peers[@]}" "$@"

@@ -1,0 +1,183 @@
+#include "runtime/recipes/recipe.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "runtime/fs/erofs.h"
+#include "runtime/fs/text_file.h"
+#include "runtime/layers/names.h"
+#include "runtime/layers/sha256.h"
+#include "runtime/layers/tree_digest.h"
+#include "runtime/sandbox.h"
+
+extern const char kHostRootfsList[];
+
+namespace hutch::recipes {
+namespace {
+
+constexpr std::string_view kRecipePrefix = "recipe:";
+constexpr const char* kRecipeMount = "/tmp/recipe";
+
+// Removes a bake's scratch dir however bake() ends (after adopt_tree() it is already gone).
+class ScratchDir {
+ public:
+  explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// What the base is, for the cache key: the host rootfs changes with host.list and the host's
+// packages; a directory is named by its path; a recipe by its layer.
+Result<std::string> base_identity(const ResolvedRootfs& base) {
+  if (!base.digests.empty()) return "layer:" + base.digests.front();
+  if (!base.lower_dirs.empty()) return "dir:" + base.lower_dirs.front();
+  auto hash = layers::Sha256::create();
+  if (!hash) return std::unexpected(hash.error());
+  hash->update(kHostRootfsList);
+  if (auto status = read_text_file("/var/lib/dpkg/status")) hash->update(*status);
+  return "host:" + hash->finish_hex();
+}
+
+}  // namespace
+
+Result<ResolvedRootfs> resolve_rootfs(const layers::LayerStore& store, std::string_view rootfs) {
+  ResolvedRootfs resolved;
+  if (rootfs == "host") {
+    resolved.base = "host";
+    return resolved;
+  }
+  if (!rootfs.starts_with(kRecipePrefix)) {
+    if (!rootfs.starts_with("/")) {
+      return plain_error("rootfs", "\"" + std::string(rootfs) +
+                                       "\" is not host, an absolute directory or recipe:NAME");
+    }
+    resolved.base = std::string(rootfs);
+    resolved.lower_dirs = {resolved.base};
+    return resolved;
+  }
+  const std::string name(rootfs.substr(kRecipePrefix.size()));
+  auto digest = store.resolve_tag(name);
+  if (!digest) return std::unexpected(digest.error());
+  if (!*digest) return plain_error("rootfs", "no recipe named " + name + " (hutch recipe build)");
+  auto top = store.get(**digest);
+  if (!top) return std::unexpected(top.error());
+  std::vector<std::string> chain = {top->digest};
+  chain.insert(chain.end(), top->manifest.parents.begin(), top->manifest.parents.end());
+  for (const std::string& layer : chain) {
+    auto info = store.get(layer);
+    if (!info) return std::unexpected(info.error());
+    resolved.layers.push_back(store.image_path(info->digest));
+    resolved.digests.push_back(info->digest);
+  }
+  resolved.base = top->manifest.base.empty() ? "host" : top->manifest.base;
+  if (resolved.base != "host") resolved.lower_dirs = {resolved.base};
+  return resolved;
+}
+
+Result<std::string> recipe_cache_key(const layers::LayerStore& store, const BakeRequest& request) {
+  auto base = resolve_rootfs(store, request.base);
+  if (!base) return std::unexpected(base.error());
+  auto identity = base_identity(*base);
+  if (!identity) return std::unexpected(identity.error());
+  UniqueFd dir(open(request.recipe_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return sys_error("open", "recipe dir " + request.recipe_dir);
+  auto files = layers::digest_tree(dir.get());
+  if (!files) return std::unexpected(files.error());
+  auto key = layers::Sha256::create();
+  if (!key) return std::unexpected(key.error());
+  key->update("hutch-recipe-v1\n" + *identity + "\n" + *files + "\n");
+  return "sha256:" + key->finish_hex();
+}
+
+Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) {
+  if (auto valid = layers::validate_name(request.name); !valid)
+    return std::unexpected(valid.error());
+  struct stat setup;
+  if (stat((request.recipe_dir + "/setup.sh").c_str(), &setup) != 0 || !S_ISREG(setup.st_mode))
+    return sys_error("stat", request.recipe_dir + "/setup.sh (a recipe needs one)");
+  auto lock = store.lock("recipe-" + request.name);
+  if (!lock) return std::unexpected(lock.error());
+
+  auto key = recipe_cache_key(store, request);
+  if (!key) return std::unexpected(key.error());
+  BakeOutcome outcome;
+  if (auto cached = store.find_by_cache_key(*key); !cached) {
+    return std::unexpected(cached.error());
+  } else if (*cached) {
+    if (auto tagged = store.tag(request.name, **cached); !tagged)
+      return std::unexpected(tagged.error());
+    outcome.digest = **cached;
+    outcome.cached = true;
+    return outcome;
+  }
+
+  auto base = resolve_rootfs(store, request.base);
+  if (!base) return std::unexpected(base.error());
+  std::string scratch_template = store.state_dir() + "/bakes/bake-XXXXXX";
+  std::filesystem::create_directories(store.state_dir() + "/bakes");
+  if (mkdtemp(scratch_template.data()) == nullptr)
+    return sys_error("mkdtemp", store.state_dir() + "/bakes");
+  ScratchDir scratch(scratch_template);
+
+  SandboxSpec spec = request.sandbox;
+  spec.layers = base->layers;
+  spec.lower_dirs = base->lower_dirs;
+  spec.upper_dir = scratch.path();
+  spec.binds = {BindMount{request.recipe_dir, kRecipeMount, true}};
+  spec.workdir = kRecipeMount;
+  spec.argv = {"/bin/sh", "-c",
+               "if command -v bash >/dev/null 2>&1; then exec bash -e setup.sh; fi; "
+               "exec sh -e setup.sh"};
+  spec.env.insert(spec.env.end(), request.bake_env.begin(), request.bake_env.end());
+  auto run = run_sandbox(spec);
+  if (!run) return std::unexpected(run.error());
+  outcome.setup = *run;
+  if (run->timed_out) return plain_error("setup.sh", "timed out; " + request.name + " unchanged");
+  if (run->exit_code != 0 || run->term_signal != 0) {
+    return plain_error(
+        "setup.sh", "failed with exit status " +
+                        std::to_string(run->term_signal ? 128 + run->term_signal : run->exit_code) +
+                        "; " + request.name + " unchanged");
+  }
+
+  layers::LayerManifest manifest;
+  manifest.parents = base->digests;
+  manifest.built_by = "recipe " + request.name + " from " + request.recipe_dir;
+  manifest.cache_key = *key;
+  manifest.base = base->base;
+  auto layer = store.adopt_tree(scratch.path() + "/upper", manifest);
+  if (!layer) return std::unexpected(layer.error());
+  if (auto tagged = store.tag(request.name, layer->digest); !tagged)
+    return std::unexpected(tagged.error());
+  outcome.digest = layer->digest;
+  return outcome;
+}
+
+Result<std::vector<std::string>> layers_in_use(const layers::LayerStore& store) {
+  auto images = attached_images();
+  if (!images) return std::unexpected(images.error());
+  auto all = store.list();
+  if (!all) return std::unexpected(all.error());
+  std::vector<std::string> in_use;
+  for (const layers::LayerInfo& layer : *all) {
+    const std::string image = store.image_path(layer.digest);
+    for (const std::string& attached : *images) {
+      if (attached == image) in_use.push_back(layer.digest);
+    }
+  }
+  return in_use;
+}
+
+}  // namespace hutch::recipes

@@ -1,0 +1,112 @@
+// copy_tree on a tree with every kind of entry an overlayfs upper holds: the copy must be exact.
+#include "runtime/layers/tree_copy.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+
+#include "runtime/unique_fd.h"
+#include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
+#include "tests/layers/tree_compare.h"
+
+namespace hutch::layers {
+namespace {
+
+class TreeCopyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HUTCH_REQUIRE_ROOT();
+    ASSERT_FALSE(temp_.path().empty());
+    src_ = temp_.path() + "/src";
+    ASSERT_EQ(mkdir(src_.c_str(), 0755), 0);
+  }
+
+  Result<TreeStats> copy(const std::string& name) {
+    UniqueFd src(open(src_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd parent(open(temp_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return copy_tree(src.get(), parent.get(), name);
+  }
+
+  hutch::testing::TempDir temp_;
+  std::string src_;
+};
+
+std::string join(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
+
+TEST_F(TreeCopyTest, CopiesEveryKindOfEntryExactly) {
+  ASSERT_EQ(hutch::testing::build_every_kind(src_), "");
+  auto stats = copy("copy");
+  ASSERT_TRUE(stats.has_value()) << stats.error().message();
+  const std::string dst = temp_.path() + "/copy";
+
+  auto diffs = hutch::testing::compare_trees(src_, dst);
+  EXPECT_TRUE(diffs.empty()) << join(diffs);
+
+  // Spot checks on what matters most to overlayfs, independent of the comparison helper.
+  struct stat st;
+  ASSERT_EQ(lstat((dst + "/etc/deleted").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(st.st_rdev, makedev(0, 0));
+  char value[8] = {};
+  EXPECT_EQ(getxattr((dst + "/opaque").c_str(), "user.overlay.opaque", value, sizeof value), 1);
+  EXPECT_EQ(value[0], 'y');
+  ASSERT_EQ(lstat((dst + "/owned").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000000005u);
+  EXPECT_EQ(st.st_gid, 1000000007u);
+  ASSERT_EQ(lstat((dst + "/setuid").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 04755u);
+  struct stat a, b;
+  ASSERT_EQ(lstat((dst + "/hard-a").c_str(), &a), 0);
+  ASSERT_EQ(lstat((dst + "/sticky/hard-b").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  ASSERT_EQ(lstat((dst + "/sparse").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, (1L << 27) + 4096 + 4);
+  EXPECT_LT(st.st_blocks * 512, 1L << 20) << "the 128 MiB hole was filled";
+  ASSERT_EQ(lstat((dst + "/fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  ASSERT_EQ(lstat(dst.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1100000000);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 123456789);
+
+  EXPECT_EQ(stats->whiteouts, 1u);
+  EXPECT_EQ(stats->dirs, 4u);   // root, etc, opaque, sticky
+  EXPECT_EQ(stats->files, 8u);  // hostname, new, xattr-file, owned, setuid, hard-a/-b, sparse
+  EXPECT_EQ(stats->bytes, 6u + 3 + 1 + 4 + 12 + 12 + (1u << 27) + 4096 + 4);
+}
+
+TEST_F(TreeCopyTest, KeepsSharedWhiteoutInodesLinked) {
+  // overlayfs (5.8+) hardlinks whiteouts to one shared inode.
+  ASSERT_EQ(mknod((src_ + "/w1").c_str(), S_IFCHR, makedev(0, 0)), 0);
+  ASSERT_EQ(link((src_ + "/w1").c_str(), (src_ + "/w2").c_str()), 0);
+  auto stats = copy("copy");
+  ASSERT_TRUE(stats.has_value()) << stats.error().message();
+  EXPECT_EQ(stats->whiteouts, 2u);
+  auto diffs = hutch::testing::compare_trees(src_, temp_.path() + "/copy");
+  EXPECT_TRUE(diffs.empty()) << join(diffs);
+}
+
+TEST_F(TreeCopyTest, RefusesOtherDeviceNodes) {
+  ASSERT_EQ(mkdir((src_ + "/dev").c_str(), 0755), 0);
+  ASSERT_EQ(mknod((src_ + "/dev/null").c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  auto stats = copy("copy");
+  ASSERT_FALSE(stats.has_value());
+  EXPECT_NE(stats.error().message().find("dev/null: device node 1:3 refused"), std::string::npos)
+      << stats.error().message();
+}
+
+TEST_F(TreeCopyTest, RefusesAnExistingDestination) {
+  ASSERT_EQ(mkdir((temp_.path() + "/copy").c_str(), 0700), 0);
+  auto stats = copy("copy");
+  ASSERT_FALSE(stats.has_value());
+  EXPECT_EQ(stats.error().err, EEXIST);
+}
+
+}  // namespace
+}  // namespace hutch::layers
