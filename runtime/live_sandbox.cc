@@ -10,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <sstream>
 
 #include "runtime/launch.h"
+#include "runtime/layers/tree_copy.h"
 #include "runtime/process/exec_protocol.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/process/proc_stat.h"
@@ -93,7 +96,7 @@ std::string one_line(std::string text) {
 }
 
 // Waits for init's kServing, or the failure it reports while setting up.
-Result<void> wait_until_serving(Launched& launched) {
+Result<void> wait_until_serving(Launched& launched, UniqueFd& upper) {
   for (;;) {
     pollfd fds[2] = {{launched.sync.get(), POLLIN, 0}, {launched.init->pidfd(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -102,7 +105,10 @@ Result<void> wait_until_serving(Launched& launched) {
     }
     if (fds[0].revents != 0) {
       SyncMessage message{};
-      long n = recv_sync(launched.sync.get(), &message);
+      int fd = -1;
+      int fd_count = 1;
+      long n = recv_sync(launched.sync.get(), &message, &fd, &fd_count);
+      if (fd_count == 1) upper.reset(fd);
       if (n > 0 && message.kind == SyncMessage::Kind::kServing) return {};
       if (n > 0 && message.kind == SyncMessage::Kind::kFailure)
         return std::unexpected(Error{message.error.step, message.error.detail, message.error.err});
@@ -161,6 +167,46 @@ std::string answer(std::optional<SandboxCgroup>& cgroup, const std::string& requ
   return "error unknown request " + request;
 }
 
+// "snapshot <dir>": the upper dir copied to <dir> (new; its parent exists) while the sandbox is
+// frozen, so no process changes it halfway; thawed on every path.
+std::string snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, const std::string& dest) {
+  const std::filesystem::path path(dest);
+  if (!path.is_absolute() || path.filename().empty()) return "error bad snapshot path " + dest;
+  UniqueFd parent(open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent) return "error " + sys_error("open", path.parent_path()).error().message();
+  class Thaw {
+   public:
+    explicit Thaw(std::optional<SandboxCgroup>& cgroup) : cgroup_(cgroup) {}
+    Thaw(const Thaw&) = delete;
+    Thaw& operator=(const Thaw&) = delete;
+    ~Thaw() {
+      if (frozen_) (void)cgroup_->thaw();
+    }
+    Result<void> freeze() {
+      if (!cgroup_) return {};
+      if (auto r = cgroup_->freeze(); !r) return r;
+      frozen_ = true;
+      return {};
+    }
+    Result<void> thaw() {
+      if (!frozen_) return {};
+      frozen_ = false;
+      return cgroup_->thaw();
+    }
+
+   private:
+    std::optional<SandboxCgroup>& cgroup_;
+    bool frozen_ = false;
+  } frozen(cgroup);
+  if (auto r = frozen.freeze(); !r) return "error " + r.error().message();
+  syncfs(upper_fd);
+  auto copied = layers::copy_tree(upper_fd, parent.get(), path.filename());
+  auto thawed = frozen.thaw();
+  if (!copied) return "error " + copied.error().message();
+  if (!thawed) return "error " + thawed.error().message();
+  return "ok files=" + std::to_string(copied->files) + " bytes=" + std::to_string(copied->bytes);
+}
+
 bool process_running(int pidfd) {
   pollfd fd{pidfd, POLLIN, 0};
   return poll(&fd, 1, 0) == 0;
@@ -194,7 +240,8 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
 
   auto launched = launch_sandbox(prepared, false);
   if (!launched) return fail(launched.error());
-  if (auto r = wait_until_serving(*launched); !r) return fail(r.error());
+  UniqueFd upper;
+  if (auto r = wait_until_serving(*launched, upper); !r) return fail(r.error());
   exec_listener->reset();  // init has it
   auto self = read_proc_state(getpid());
   if (!self) return fail(self.error());
@@ -220,7 +267,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
       UniqueFd conn(accept4(requests->get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!conn) continue;
       pollfd readable{conn.get(), POLLIN, 0};
-      char buffer[64] = {};
+      char buffer[PATH_MAX + 64] = {};
       if (poll(&readable, 1, 1000) != 1) continue;
       ssize_t n = recv(conn.get(), buffer, sizeof buffer - 1, 0);
       if (n <= 0) continue;
@@ -230,7 +277,9 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
         serving = false;
         continue;
       }
-      const std::string reply = answer(launched->cgroup, request);
+      const std::string reply = request.starts_with("snapshot ")
+                                    ? snapshot(launched->cgroup, upper.get(), request.substr(9))
+                                    : answer(launched->cgroup, request);
       (void)!send(conn.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
     }
   }
@@ -457,6 +506,18 @@ Result<void> LiveSandbox::thaw() const {
   auto r = supervisor_request("thaw");
   if (!r) return std::unexpected(r.error());
   return {};
+}
+
+Result<SnapshotStats> LiveSandbox::snapshot(const std::string& dest_dir) const {
+  auto r = supervisor_request("snapshot " + dest_dir);
+  if (!r) return std::unexpected(r.error());
+  SnapshotStats stats;
+  std::istringstream fields(*r);
+  for (std::string word; fields >> word;) {
+    if (word.starts_with("files=")) stats.files = std::strtoull(word.c_str() + 6, nullptr, 10);
+    if (word.starts_with("bytes=")) stats.bytes = std::strtoull(word.c_str() + 6, nullptr, 10);
+  }
+  return stats;
 }
 
 Result<CgroupStats> LiveSandbox::stats() const {

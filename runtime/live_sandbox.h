@@ -69,6 +69,11 @@ struct ExecExit {
   std::optional<std::string> start_error;
 };
 
+struct SnapshotStats {
+  uint64_t files = 0;
+  uint64_t bytes = 0;
+};
+
 // One running command. Move-only; destroying it closes the connection to the shim.
 class ExecProcess {
  public:
@@ -105,6 +110,11 @@ class LiveSandbox {
 
   // Starts a command; returns once it runs (or failed to start: then poll_exit reports it).
   Result<ExecProcess> exec(const ExecRequest& request) const;
+
+  // Copies the sandbox's upper dir (everything it changed on top of its layers) exactly to
+  // dest_dir (absolute, must not exist, its parent must), with the sandbox frozen meanwhile (when
+  // it has a cgroup) and thawed on every path: a consistent image of a running sandbox.
+  Result<SnapshotStats> snapshot(const std::string& dest_dir) const;
 
   Result<void> freeze() const;
   Result<void> thaw() const;

@@ -144,6 +144,19 @@ namespace {
   }
   if (!mount_root_overlay(*plan.mounts, lower_fds, &error)) die(sync_fd, from, error, 125);
   for (int i = 0; i < lower_count; ++i) close(lower_fds[i]);
+  if (plan.exec_listen_fd >= 0) {
+    // A live sandbox's supervisor snapshots the upper dir through this fd: after the pivot it is
+    // reachable from nowhere else.
+    const char* upper = plan.mounts->host_upper ? "/upperfs/upper" : "/upper";
+    int upper_fd = open(upper, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (upper_fd < 0) die_step(sync_fd, from, "open", upper, errno);
+    SyncMessage message{};
+    message.kind = SyncMessage::Kind::kUpper;
+    message.from = from;
+    if (int err = send_sync(sync_fd, message, &upper_fd, 1))
+      die_step(sync_fd, from, "sendmsg", upper, err);
+    close(upper_fd);
+  }
   if (!run_mount_ops(*plan.mounts, &error)) die(sync_fd, from, error, 125);
   if (!pivot_into_root(&error)) die(sync_fd, from, error, 125);
 

@@ -14,6 +14,7 @@ struct SyncMessage {
     kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
     kServing,        // init -> parent: a live sandbox's init accepts exec requests
+    kUpper,          // init -> parent: a live sandbox's upper dir (fd), for snapshots
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "seccomp/default_program.h"
+#include "tests/common/command.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 
@@ -258,6 +259,43 @@ TEST_F(LiveSandboxTest, RootFdSeesTheSandboxFilesystem) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ(drain(fd), "inside\n");
   close(fd);
+}
+
+TEST_F(LiveSandboxTest, SnapshotCopiesTheUpperDirExactlyWhileAWriterRuns) {
+  ASSERT_EQ(run({"sh", "-c",
+                 "echo v1 > /etc/motd && rm /etc/debian_version && mkdir -p /opt/a && "
+                 "ln -s /etc/motd /opt/a/link && chmod 1750 /opt/a"})
+                .exit.exit_code,
+            0);
+  // A writer that appends while the snapshot is taken: the copy is a whole state, never torn.
+  ExecRequest writer;
+  writer.argv = {"sh", "-c",
+                 "i=0; while :; do i=$((i+1)); echo $i > /opt/counter.tmp; "
+                 "mv /opt/counter.tmp /opt/counter; done"};
+  auto process = sandbox_->exec(writer);
+  ASSERT_TRUE(process) << process.error().message();
+  std::this_thread::sleep_for(50ms);
+  const std::string dest = dir_.path() + "/snap";
+  auto stats = sandbox_->snapshot(dest);
+  ASSERT_TRUE(stats) << stats.error().message();
+  EXPECT_GT(stats->files, 0u);
+  ASSERT_TRUE(process->kill_tree());
+  wait_exit(*process);
+
+  EXPECT_EQ(testing::read_file_or_empty(dest + "/etc/motd"), "v1\n");
+  struct stat st;
+  ASSERT_EQ(lstat((dest + "/etc/debian_version").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == 0) << "the deletion is a whiteout";
+  ASSERT_EQ(lstat((dest + "/opt/a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000000000u) << "ownership in host ids, as the sandbox wrote it";
+  EXPECT_EQ(st.st_mode & 07777, 01750u);
+  char target[64] = {};
+  ASSERT_GT(readlink((dest + "/opt/a/link").c_str(), target, sizeof target - 1), 0);
+  EXPECT_STREQ(target, "/etc/motd");
+  ASSERT_EQ(lstat((dest + "/opt/counter").c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 1) << "a whole number, never an empty half-written file";
+  // The sandbox runs on after the snapshot (thawed).
+  EXPECT_EQ(run({"cat", "/etc/motd"}).out, "v1\n");
 }
 
 TEST_F(LiveSandboxTest, DestroyLeavesNothingAndConnectRefusesAfterwards) {
