@@ -217,6 +217,7 @@ int run(const RunOptions& options, const std::string& state_dir) {
 struct RecipeOptions {
   std::string dir;
   std::string name;
+  bool name_given = false;  // an explicit --name "" is an error, not the default
   std::string base;
   std::vector<std::string> env;
   RunOptions sandbox;
@@ -286,7 +287,7 @@ int recipe_build(RecipeOptions recipe, const std::string& state_dir) {
   recipes::BakeRequest request;
   auto dir = std::filesystem::weakly_canonical(recipe.dir);
   request.recipe_dir = dir.string();
-  request.name = recipe.name.empty() ? dir.filename().string() : recipe.name;
+  request.name = recipe.name_given ? recipe.name : dir.filename().string();
   request.base = recipe.base.empty() ? "host" : recipe.base;
   request.bake_env = std::move(bake_env);
   request.sandbox = std::move(*spec);
@@ -553,6 +554,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitRuntimeFailure;
   }
   if (run_cmd->parsed()) return run(options, state_dir);
+  recipe.name_given = build_cmd->count("--name") > 0;
   if (build_cmd->parsed()) return recipe_build(recipe, state_dir);
   if (recipe_ls_cmd->parsed()) return recipe_list(recipe.json, state_dir);
   if (layers_ls_cmd->parsed()) return layers_list(layer_options.json, state_dir);

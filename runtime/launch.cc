@@ -221,6 +221,7 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   child.gid = spec.gid;
   child.workdir = spec.workdir.c_str();
   child.last_cap = last_capability();
+  child.capabilities = spec.capabilities;
   for (std::string& arg : spec.argv) child.argv.push_back(arg.data());
   child.argv.push_back(nullptr);
   for (std::string& kv : spec.env) child.envp.push_back(kv.data());

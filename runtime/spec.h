@@ -28,6 +28,11 @@ struct BindMount {
 
 enum class NetMode { kNone, kLoopback };
 
+// chown, chmod and setuid within the sandbox's own ids, as package managers need (dpkg, apt's
+// _apt user): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_SETGID, CAP_SETUID.
+inline constexpr uint64_t kFileOwnershipCapabilities =
+    (1ull << 0) | (1ull << 1) | (1ull << 3) | (1ull << 4) | (1ull << 6) | (1ull << 7);
+
 struct SandboxSpec {
   // Read-only lower directories, topmost first; empty means the embedded host rootfs.
   std::vector<std::string> lower_dirs;
@@ -55,6 +60,9 @@ struct SandboxSpec {
   bool cgroup = true;   // false: no cgroup at all (no limits, no cgroup stats): trusted work only
   std::string cgroup_parent{kDefaultCgroupParent};  // <hierarchy>/<this>/<sandbox id>
   std::string state_dir = "/var/lib/hutch";
+  // Capabilities every process keeps (a bit per CAP_* number), in the sandbox's user namespace
+  // only. 0, the default: none at all. A recipe bake keeps kFileOwnershipCapabilities.
+  uint64_t capabilities = 0;
   SeccompProgram seccomp;
 };
 

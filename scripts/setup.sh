@@ -12,7 +12,7 @@ packages=(
   build-essential cmake pkg-config
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
   libcli11-dev libssl-dev erofs-utils
-  python3 busybox-static
+  python3 busybox-static debootstrap
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux
 )

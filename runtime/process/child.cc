@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -93,7 +94,7 @@ namespace {
 [[noreturn]] void run_sandbox_child(const ChildPlan& plan) {
   constexpr auto from = SyncMessage::From::kInit;
   const int sync_fd = plan.sync_fd;
-  // If hutch dies, the sandbox dies with it.
+  // If hutch dies, the sandbox dies with it (armed again after the id changes below).
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
     die_step(sync_fd, from, "prctl", "PR_SET_PDEATHSIG", errno);
   // Non-dumpable: the workload (same ids) cannot open /proc/1/{mem,exe,fd} of this process,
@@ -168,14 +169,20 @@ namespace {
   // different credentials: the sandbox's ids, no capability in any set, no_new_privs, and the
   // seccomp filter last (loaded once for both: the kernel takes ~0.1 ms to load it).
   const char* step = nullptr;
-  if (int err = drop_bounding_and_lock_securebits(plan.last_cap, &step))
+  if (int err = drop_bounding_and_lock_securebits(plan.last_cap, plan.capabilities, &step))
     die_step(sync_fd, from, step, "", err);
   if (syscall(SYS_setgroups, 0, nullptr) != 0) die_step(sync_fd, from, "setgroups", "[]", errno);
   if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0)
     die_step(sync_fd, from, "setresgid", "sandbox gid", errno);
   if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0)
     die_step(sync_fd, from, "setresuid", "sandbox uid", errno);
-  if (int err = clear_capabilities(&step)) die_step(sync_fd, from, step, "", err);
+  // Changing the effective ids cleared the parent-death signal (prctl(2)): armed again, then the
+  // parent checked, in case it died meanwhile (its end of the sync socket closed with it).
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
+    die_step(sync_fd, from, "prctl", "PR_SET_PDEATHSIG (after the id change)", errno);
+  pollfd parent{sync_fd, POLLIN, 0};
+  if (poll(&parent, 1, 0) == 1 && (parent.revents & (POLLHUP | POLLERR))) _exit(125);
+  if (int err = set_capabilities(plan.capabilities, &step)) die_step(sync_fd, from, step, "", err);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
     die_step(sync_fd, from, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
   if (int err = load_seccomp(*plan.seccomp)) die_step(sync_fd, from, "seccomp", "load", err);

@@ -25,6 +25,7 @@ struct ChildPlan {
   gid_t gid = 0;
   const char* workdir = "/";
   int last_cap = 40;
+  uint64_t capabilities = 0;           // SandboxSpec::capabilities
   std::vector<char*> argv;             // null-terminated
   std::vector<char*> envp;             // null-terminated
   std::vector<const char*> path_dirs;  // from the sandbox's PATH, for a bare command name

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "runtime/fs/erofs.h"
@@ -12,6 +14,7 @@
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_digest.h"
+#include "runtime/process/proc_stat.h"
 #include "runtime/sandbox.h"
 
 extern const char kHostRootfsList[];
@@ -125,16 +128,24 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
 
   auto base = resolve_rootfs(store, request.base);
   if (!base) return std::unexpected(base.error());
-  std::string scratch_template = store.state_dir() + "/bakes/bake-XXXXXX";
-  std::filesystem::create_directories(store.state_dir() + "/bakes");
-  if (mkdtemp(scratch_template.data()) == nullptr)
-    return sys_error("mkdtemp", store.state_dir() + "/bakes");
-  ScratchDir scratch(scratch_template);
+  // A scratch name in the store's own dir: if this process dies mid-bake, `layers gc` knows the
+  // owner is gone and removes it.
+  auto self = read_proc_state(getpid());
+  if (!self) return std::unexpected(self.error());
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof random, 0) != sizeof random) return sys_error("getrandom", "");
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, "bake%016llx", static_cast<unsigned long long>(random));
+  ScratchDir scratch(store.state_dir() + "/layers/" +
+                     layers::scratch_name({getpid(), self->start_time}, suffix));
+  if (mkdir(scratch.path().c_str(), 0700) != 0) return sys_error("mkdir", scratch.path());
 
   SandboxSpec spec = request.sandbox;
   spec.layers = base->layers;
   spec.lower_dirs = base->lower_dirs;
   spec.upper_dir = scratch.path();
+  // setup.sh installs software: chown and friends within the sandbox's ids (dpkg needs them).
+  spec.capabilities |= kFileOwnershipCapabilities;
   spec.binds = {BindMount{request.recipe_dir, kRecipeMount, true}};
   spec.workdir = kRecipeMount;
   spec.argv = {"/bin/sh", "-c",

@@ -46,7 +46,8 @@ Result<std::string> recipe_cache_key(const layers::LayerStore& store, const Bake
 // Bakes (or finds cached) the recipe and tags it. Two bakes of one name serialize on a lock; the
 // second finds the first's layer. A failing setup.sh is an Error naming its exit status, and the
 // previous layer of `name` keeps serving. setup.sh runs as `bash -e setup.sh` (`sh -e` where the
-// base has no bash) in /tmp/recipe, with the caller's stdout and stderr.
+// base has no bash) in /tmp/recipe, with the caller's stdout and stderr, keeping the namespaced
+// kFileOwnershipCapabilities (package managers chown); sandboxes made from the recipe keep none.
 Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request);
 
 // Layers whose image a loop device holds right now: a running sandbox uses them, so neither

@@ -13,18 +13,21 @@ namespace hutch {
 
 int last_capability() { return static_cast<int>(cap_max_bits()) - 1; }
 
-int drop_bounding_and_lock_securebits(int last_cap, const char** failed_step) {
+int drop_bounding_and_lock_securebits(int last_cap, uint64_t keep, const char** failed_step) {
   // NOROOT: uid 0 gains nothing at execve; NO_SETUID_FIXUP: setuid neither grants nor keeps;
-  // each flag locked so the workload cannot undo it.
+  // each flag locked so the workload cannot undo it. Ambient raising stays possible only when
+  // capabilities are kept (set_capabilities raises them; the bounding set caps what it can).
   constexpr unsigned long kSecurebits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
                                         SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
-                                        SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
-                                        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-  if (prctl(PR_SET_SECUREBITS, kSecurebits, 0, 0, 0) != 0) {
+                                        SECBIT_KEEP_CAPS_LOCKED;
+  constexpr unsigned long kNoAmbient =
+      SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+  if (prctl(PR_SET_SECUREBITS, kSecurebits | (keep == 0 ? kNoAmbient : 0), 0, 0, 0) != 0) {
     *failed_step = "prctl(PR_SET_SECUREBITS)";
     return errno;
   }
   for (int cap = 0; cap <= last_cap; ++cap) {
+    if (cap < 64 && (keep >> cap & 1)) continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
       *failed_step = "prctl(PR_CAPBSET_DROP)";
       return errno;
@@ -33,16 +36,27 @@ int drop_bounding_and_lock_securebits(int last_cap, const char** failed_step) {
   return 0;
 }
 
-int clear_capabilities(const char** failed_step) {
+int set_capabilities(uint64_t keep, const char** failed_step) {
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
     *failed_step = "prctl(PR_CAP_AMBIENT_CLEAR_ALL)";
     return errno;
   }
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  for (int word = 0; word < 2; ++word) {
+    const auto bits = static_cast<uint32_t>(keep >> (32 * word));
+    data[word] = {bits, bits, bits};  // effective, permitted, inheritable
+  }
   if (syscall(SYS_capset, &header, data) != 0) {
-    *failed_step = "capset(all empty)";
+    *failed_step = keep == 0 ? "capset(all empty)" : "capset(kept capabilities)";
     return errno;
+  }
+  for (int cap = 0; cap < 64; ++cap) {
+    if (!(keep >> cap & 1)) continue;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) {
+      *failed_step = "prctl(PR_CAP_AMBIENT_RAISE)";
+      return errno;
+    }
   }
   return 0;
 }
