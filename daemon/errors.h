@@ -1,0 +1,42 @@
+// The daemon's error model: every failed request answers
+// {"error":{"code":"…","message":"…"}} with a stable code and its HTTP status (docs/api.md).
+// Handlers throw ApiError; the route wrapper in server.cc catches it (and nlohmann's exceptions,
+// which become invalid_json) once, at the edge (STYLE.md rule 10).
+#pragma once
+
+#include <exception>
+#include <string>
+
+#include "runtime/error.h"
+#include "runtime/files/sandbox_fs.h"
+
+namespace hutch::daemon {
+
+struct ApiError : std::exception {
+  ApiError(int status, std::string code, std::string message)
+      : status(status), code(std::move(code)), message(std::move(message)) {}
+  const char* what() const noexcept override { return message.c_str(); }
+
+  int status;
+  std::string code;
+  std::string message;
+};
+
+inline ApiError bad_request(std::string message) {
+  return ApiError(400, "bad_request", std::move(message));
+}
+inline ApiError sandbox_not_found(const std::string& id) {
+  return ApiError(404, "sandbox_not_found", "no sandbox " + id);
+}
+inline ApiError process_not_found(const std::string& pid) {
+  return ApiError(404, "process_not_found", "no background process " + pid);
+}
+// A runtime failure: 500 with the runtime's own message (syscall, argument, errno).
+inline ApiError runtime_failure(const Error& error) {
+  return ApiError(500, "runtime_error", error.message());
+}
+// A files::FsError: the code is errc_name() (too_large is reported as payload_too_large and io
+// as io_error), with the HTTP status of its family.
+ApiError fs_failure(const files::FsError& error);
+
+}  // namespace hutch::daemon

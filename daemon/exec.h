@@ -1,0 +1,160 @@
+// Running commands in a live sandbox for the exec routes: one pump loop (pipes, stdin, the
+// command's exit, the deadline) shared by buffered and streamed execs, and background processes
+// whose output a daemon thread pumps into capped files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/live_sandbox.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch::daemon {
+
+enum class OutputStream { kStdout, kStderr };
+
+// What an exec did (STYLE.md rule 12: a value, not an error).
+struct ExecOutcome {
+  int exit_code = 0;  // 124 on timeout, 128+N when killed by signal N
+  int term_signal = 0;
+  bool timed_out = false;
+  bool aborted = false;  // the consumer gave up (a streaming client disconnected)
+  std::optional<std::string> start_error;
+  std::chrono::microseconds duration{0};
+};
+
+struct ExecStart {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string workdir = "/";
+  std::optional<std::string> stdin_data;  // nullopt: /dev/null
+  bool keep_stdin_open = false;           // background: the daemon keeps a stdin pipe
+  bool survive_disconnect = false;
+};
+
+// A started command with its pipes.
+class ExecSession {
+ public:
+  static Result<ExecSession> start(const LiveSandbox& sandbox, const ExecStart& start);
+
+  // Pumps output to `on_output` until the command exits or `deadline` passes (then kills its
+  // tree: timed_out, exit code 124). on_output returning false kills the tree too (aborted).
+  // After the exit, pipes are drained without blocking: a grandchild holding them open is never
+  // waited for.
+  using OutputSink = std::function<bool(OutputStream, std::string_view)>;
+  ExecOutcome run(std::optional<std::chrono::steady_clock::time_point> deadline,
+                  const OutputSink& on_output);
+
+  pid_t pid() const { return process_.pid(); }
+  // Safe while run() pumps on another thread.
+  Result<void> signal(int sig);
+  Result<void> kill_tree();
+  UniqueFd take_stdin() { return std::move(stdin_); }
+  UniqueFd& stdout_pipe() { return stdout_; }
+  UniqueFd& stderr_pipe() { return stderr_; }
+  std::chrono::steady_clock::time_point started() const { return started_; }
+
+ private:
+  ExecSession(ExecProcess process, UniqueFd out, UniqueFd err, UniqueFd in, std::string stdin_data)
+      : process_(std::move(process)),
+        stdout_(std::move(out)),
+        stderr_(std::move(err)),
+        stdin_(std::move(in)),
+        stdin_data_(std::move(stdin_data)) {}
+  Result<std::optional<ExecExit>> poll_exit();
+  std::unique_ptr<std::mutex> process_mutex_ = std::make_unique<std::mutex>();
+  ExecProcess process_;
+  UniqueFd stdout_;
+  UniqueFd stderr_;
+  UniqueFd stdin_;
+  std::string stdin_data_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+// Caps one stream's output: keeps the first `cap` bytes, counts (and drops) the rest.
+struct CappedBuffer {
+  explicit CappedBuffer(uint64_t cap) : cap(cap) {}
+  // Returns the part of `data` that still fits.
+  std::string_view admit(std::string_view data);
+  uint64_t cap;
+  uint64_t kept = 0;
+  bool truncated = false;
+};
+
+struct ProcessStatus {
+  pid_t pid = 0;
+  std::vector<std::string> argv;
+  std::string started_at;
+  bool running = true;
+  int exit_code = 0;
+  int term_signal = 0;
+  std::optional<std::string> start_error;
+  int64_t duration_ms = 0;
+};
+
+struct OutputChunk {
+  std::string data;
+  uint64_t offset = 0;
+  uint64_t next_offset = 0;
+  bool eof = false;
+  bool truncated = false;
+};
+
+// A command started with "background": true. A detached pump thread writes its output to
+// <dir>/proc-<pid>.{stdout,stderr} (each capped, drained past the cap) and records its exit.
+class BackgroundProcess {
+ public:
+  // Called once, on the pump thread, when the process has exited and its output is complete.
+  using ExitHook = std::function<void(const ProcessStatus&)>;
+  static Result<std::shared_ptr<BackgroundProcess>> start(const LiveSandbox& sandbox,
+                                                          const ExecStart& start,
+                                                          const std::string& dir,
+                                                          uint64_t cap_bytes, ExitHook on_exit);
+  ProcessStatus status() const;
+  bool running() const;
+  // Waits until the process exits or `timeout` passes.
+  void wait(std::chrono::milliseconds timeout) const;
+  // Waits until the pump thread is done (the output files are complete).
+  bool wait_pumped(std::chrono::milliseconds timeout) const;
+  Result<OutputChunk> read_output(OutputStream stream, uint64_t offset, uint64_t limit) const;
+  // Writes to the process's stdin (bounded wait); eof closes it. false: stdin is closed.
+  Result<bool> write_stdin(std::string_view data, bool eof);
+  Result<void> signal(int sig);
+  Result<void> kill_tree();
+  pid_t pid() const { return pid_; }
+
+ private:
+  BackgroundProcess(ExecSession session, std::vector<std::string> argv, std::string dir,
+                    uint64_t cap);
+  void pump();
+  std::string output_path(OutputStream stream) const;
+
+  ExecSession session_;
+  pid_t pid_;
+  std::vector<std::string> argv_;
+  std::string dir_;
+  std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
+  ExitHook on_exit_;
+
+  mutable std::mutex mutex_;  // guards everything below
+  mutable std::condition_variable changed_;
+  std::mutex stdin_mutex_;
+  UniqueFd stdin_;
+  CappedBuffer out_cap_;
+  CappedBuffer err_cap_;
+  bool running_ = true;
+  bool pumped_ = false;
+  ExecOutcome outcome_;
+};
+
+}  // namespace hutch::daemon

@@ -1,0 +1,319 @@
+// POST /v1/sandboxes/{id}/exec (buffered, streamed, background), the HasteKit aliases, and the
+// background process routes.
+#include <spdlog/spdlog.h>
+
+#include "daemon/errors.h"
+#include "daemon/exec.h"
+#include "daemon/json_codec.h"
+#include "daemon/server.h"
+
+namespace hutch::daemon {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kDefaultOutputLimit = 1ull << 20;
+constexpr uint64_t kMaxOutputLimit = 8ull << 20;
+constexpr uint64_t kMaxWaitSeconds = 600;
+
+// Length of the longest prefix of `data` that does not end inside a UTF-8 sequence, so a
+// streamed chunk boundary never splits a character (the rest is sent with the next chunk).
+size_t utf8_complete_prefix(std::string_view data) {
+  size_t n = data.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(data[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back
+    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+std::optional<Clock::time_point> exec_deadline(const ExecOptions& options, const Sandbox& sandbox) {
+  double seconds = options.timeout_seconds > 0
+                       ? options.timeout_seconds
+                       : static_cast<double>(sandbox.config().default_timeout_seconds);
+  if (seconds <= 0) return std::nullopt;
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+std::optional<uint64_t> oom_kills(const Sandbox& sandbox) {
+  auto stats = sandbox.live().stats();
+  if (!stats) return std::nullopt;
+  return stats->oom_kills;
+}
+
+json status_json(const ProcessStatus& status) {
+  json out = {
+      {"pid", status.pid},
+      {"state", status.running ? "running" : "exited"},
+      {"argv", status.argv},
+      {"started_at", status.started_at},
+      {"duration_ms", status.duration_ms},
+      {"exit_code", status.running ? json(nullptr) : json(status.exit_code)},
+      {"term_signal",
+       status.running || status.term_signal == 0 ? json(nullptr) : json(status.term_signal)}};
+  if (status.start_error) out["start_error"] = *status.start_error;
+  return out;
+}
+
+ExecStart exec_start(const ExecOptions& options, const Sandbox& sandbox) {
+  ExecStart start;
+  start.argv = options.argv;
+  start.env = exec_environment(sandbox.config().env, options.env);
+  start.workdir = options.workdir.value_or(sandbox.config().workdir);
+  start.stdin_data = options.stdin_data;
+  return start;
+}
+
+void log_exec_end(Sandbox& sandbox, const std::string& request_id, const ExecOptions& options,
+                  const ExecOutcome& outcome) {
+  double ms = outcome.duration.count() / 1000.0;
+  sandbox.log().add({{"event", "exec_ended"},
+                     {"request", request_id},
+                     {"argv", options.argv},
+                     {"exit_code", outcome.exit_code},
+                     {"timed_out", outcome.timed_out},
+                     {"duration_ms", ms}});
+  spdlog::info("sandbox={} request={} exec exit={} timed_out={} {:.2f} ms", sandbox.id(),
+               request_id, outcome.exit_code, outcome.timed_out, ms);
+}
+
+void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                   const ExecOptions& options, httplib::Response& res) {
+  Sandbox::ExecGuard guard(*sandbox);
+  auto oom_before = oom_kills(*sandbox);
+  auto session = ExecSession::start(sandbox->live(), exec_start(options, *sandbox));
+  if (!session) throw runtime_failure(session.error());
+  CappedBuffer out_cap(options.max_output_bytes), err_cap(options.max_output_bytes);
+  std::string out, err;
+  ExecOutcome outcome = session->run(exec_deadline(options, *sandbox),
+                                     [&](OutputStream stream, std::string_view data) {
+                                       if (stream == OutputStream::kStdout) {
+                                         out.append(out_cap.admit(data));
+                                       } else {
+                                         err.append(err_cap.admit(data));
+                                       }
+                                       return true;
+                                     });
+  auto oom_after = oom_kills(*sandbox);
+  bool oom = oom_before && oom_after && *oom_after > *oom_before;
+  context.metrics.exec_seconds().observe(outcome.duration.count() / 1e6);
+  log_exec_end(*sandbox, call.request_id, options, outcome);
+  json body = {{"stdout", out},
+               {"stderr", err},
+               {"exit_code", outcome.exit_code},
+               {"duration_ms", outcome.duration.count() / 1000.0},
+               {"timed_out", outcome.timed_out},
+               {"oom_killed", oom},
+               {"truncated", out_cap.truncated || err_cap.truncated}};
+  if (outcome.start_error) body["start_error"] = *outcome.start_error;
+  send_json(res, 200, body);
+}
+
+// NDJSON over a chunked response: {"stdout":…} and {"stderr":…} lines as output happens, then a
+// final {"exit_code":…} line. A client that disconnects makes the next write fail: the
+// command's tree is killed.
+void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                   const ExecOptions& options, httplib::Response& res) {
+  auto guard = std::make_shared<Sandbox::ExecGuard>(*sandbox);
+  auto session = ExecSession::start(sandbox->live(), exec_start(options, *sandbox));
+  if (!session) throw runtime_failure(session.error());
+  auto shared_session = std::make_shared<ExecSession>(std::move(*session));
+  auto deadline = exec_deadline(options, *sandbox);
+  std::shared_ptr<void> slot = call.slot;
+  std::string request_id = call.request_id;
+  res.status = 200;
+  res.set_chunked_content_provider(
+      "application/x-ndjson", [&context, sandbox, options, shared_session, deadline, slot, guard,
+                               request_id](size_t, httplib::DataSink& sink) {
+        CappedBuffer out_cap(options.max_output_bytes), err_cap(options.max_output_bytes);
+        std::string pending[2];
+        auto emit = [&](OutputStream stream, std::string_view data, bool flush) {
+          std::string& buffer = pending[stream == OutputStream::kStdout ? 0 : 1];
+          buffer.append((stream == OutputStream::kStdout ? out_cap : err_cap).admit(data));
+          size_t complete = flush ? buffer.size() : utf8_complete_prefix(buffer);
+          if (complete == 0) return true;
+          std::string line = dump_json({{stream == OutputStream::kStdout ? "stdout" : "stderr",
+                                         buffer.substr(0, complete)}}) +
+                             "\n";
+          buffer.erase(0, complete);
+          return sink.write(line.data(), line.size());
+        };
+        ExecOutcome outcome = shared_session->run(
+            deadline,
+            [&](OutputStream stream, std::string_view data) { return emit(stream, data, false); });
+        context.metrics.exec_seconds().observe(outcome.duration.count() / 1e6);
+        log_exec_end(*sandbox, request_id, options, outcome);
+        if (outcome.aborted) return false;
+        bool ok = emit(OutputStream::kStdout, {}, true) && emit(OutputStream::kStderr, {}, true);
+        std::string last = dump_json({{"exit_code", outcome.exit_code},
+                                      {"timed_out", outcome.timed_out},
+                                      {"duration_ms", outcome.duration.count() / 1000.0},
+                                      {"truncated", out_cap.truncated || err_cap.truncated}}) +
+                           "\n";
+        ok = ok && sink.write(last.data(), last.size());
+        if (ok) sink.done();
+        return ok;
+      });
+}
+
+void background_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                     const ExecOptions& options, httplib::Response& res) {
+  std::weak_ptr<Sandbox> weak = sandbox;
+  std::string request_id = call.request_id;
+  auto process = BackgroundProcess::start(
+      sandbox->live(), exec_start(options, *sandbox), sandbox->dir(),
+      context.options.background_output_cap, [weak, request_id](const ProcessStatus& status) {
+        if (auto owner = weak.lock()) {
+          owner->touch();  // the idle TTL counts from the process's end
+          owner->log().add({{"event", "process_exited"},
+                            {"pid", status.pid},
+                            {"exit_code", status.exit_code},
+                            {"duration_ms", status.duration_ms}});
+        }
+      });
+  if (!process) throw runtime_failure(process.error());
+  sandbox->add_process(*process);
+  sandbox->log().add({{"event", "process_started"},
+                      {"request", request_id},
+                      {"pid", (*process)->pid()},
+                      {"argv", options.argv}});
+  send_json(res, 201, status_json((*process)->status()));
+}
+
+void exec_route(DaemonContext& context, Call& call, const httplib::Request& req,
+                httplib::Response& res, ExecFlavor flavor) {
+  auto sandbox = context.registry.get(sandbox_id(req));
+  ExecOptions options = parse_exec_request(parse_body(req), flavor);
+  if (sandbox->state() == SandboxState::kPaused)
+    throw ApiError(409, "sandbox_paused", "sandbox " + sandbox->id() + " is paused; resume it");
+  sandbox->log().add(
+      {{"event", "exec_started"}, {"request", call.request_id}, {"argv", options.argv}});
+  if (options.background) return background_exec(context, call, sandbox, options, res);
+  if (options.stream) return streamed_exec(context, call, sandbox, options, res);
+  buffered_exec(context, call, sandbox, options, res);
+}
+
+std::shared_ptr<BackgroundProcess> find_process(const Sandbox& sandbox, const std::string& text) {
+  pid_t pid = 0;
+  try {
+    pid = static_cast<pid_t>(std::stol(text));
+  } catch (const std::exception&) {
+    throw process_not_found(text);
+  }
+  auto process = sandbox.process(pid);
+  if (!process) throw process_not_found(text);
+  return process;
+}
+
+uint64_t uint_param(const httplib::Request& req, const char* name, uint64_t fallback) {
+  if (!req.has_param(name)) return fallback;
+  std::string text = req.get_param_value(name);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 18)
+    throw bad_request(std::string(name) + " must be a non-negative integer");
+  return std::stoull(text);
+}
+
+}  // namespace
+
+void add_exec_routes(Routes& routes, DaemonContext& context) {
+  const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";
+  routes.post(one + "/exec",
+              [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
+                exec_route(context, call, req, res, ExecFlavor::kPlain);
+              });
+  routes.post(one + "/exec/bash",
+              [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
+                exec_route(context, call, req, res, ExecFlavor::kBash);
+              });
+  routes.post(one + "/exec/python",
+              [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
+                exec_route(context, call, req, res, ExecFlavor::kPython);
+              });
+
+  routes.get(one + "/processes",
+             [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+               auto sandbox = context.registry.get(sandbox_id(req));
+               json list = json::array();
+               for (const auto& process : sandbox->processes())
+                 list.push_back(status_json(process->status()));
+               send_json(res, 200, {{"processes", list}});
+             });
+  const std::string proc = one + "/processes/([0-9]+)";
+  routes.get(proc, [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+    auto sandbox = context.registry.get(sandbox_id(req));
+    send_json(res, 200, status_json(find_process(*sandbox, req.matches[2])->status()));
+  });
+  routes.get(
+      proc + "/output", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+        auto sandbox = context.registry.get(sandbox_id(req));
+        auto process = find_process(*sandbox, req.matches[2]);
+        std::string stream = req.has_param("stream") ? req.get_param_value("stream") : "stdout";
+        if (stream != "stdout" && stream != "stderr")
+          throw bad_request("stream must be stdout or stderr");
+        uint64_t offset = uint_param(req, "offset", 0);
+        uint64_t limit = std::min(uint_param(req, "limit", kDefaultOutputLimit), kMaxOutputLimit);
+        bool base64 = req.has_param("encoding") && req.get_param_value("encoding") == "base64";
+        auto chunk = process->read_output(
+            stream == "stdout" ? OutputStream::kStdout : OutputStream::kStderr, offset, limit);
+        if (!chunk) throw runtime_failure(chunk.error());
+        send_json(res, 200,
+                  {{"data", base64 ? base64_encode(chunk->data) : chunk->data},
+                   {"offset", chunk->offset},
+                   {"next_offset", chunk->next_offset},
+                   {"eof", chunk->eof},
+                   {"truncated", chunk->truncated}});
+      });
+  routes.post(proc + "/stdin",
+              [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+                auto sandbox = context.registry.get(sandbox_id(req));
+                auto process = find_process(*sandbox, req.matches[2]);
+                json body = parse_body(req);
+                std::string data = optional_string(body, "data").value_or("");
+                if (auto encoded = optional_string(body, "data_base64")) {
+                  auto decoded = base64_decode(*encoded);
+                  if (!decoded) throw bad_request("data_base64 is not base64");
+                  data += *decoded;
+                }
+                bool eof = optional_bool(body, "eof").value_or(false);
+                auto written = process->write_stdin(data, eof);
+                if (!written) throw runtime_failure(written.error());
+                if (!*written && (!data.empty() || !eof))
+                  throw ApiError(409, "conflict", "the process's stdin is closed");
+                send_json(res, 200, {{"written", data.size()}, {"eof", eof}});
+              });
+  routes.post(
+      proc + "/signal", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+        auto sandbox = context.registry.get(sandbox_id(req));
+        auto process = find_process(*sandbox, req.matches[2]);
+        json body = parse_body(req);
+        const json* signal = optional_field(body, "signal");
+        if (signal == nullptr) throw bad_request("signal is required");
+        Result<void> sent;
+        if (signal->is_string() && signal->get<std::string>() == "KILL_TREE") {
+          sent = process->kill_tree();
+        } else {
+          auto number = parse_signal(*signal);
+          if (!number)
+            throw bad_request("unknown signal (a name like \"TERM\", a number, or \"KILL_TREE\")");
+          sent = process->signal(*number);
+        }
+        if (!sent) throw runtime_failure(sent.error());
+        send_json(res, 200, status_json(process->status()));
+      });
+  routes.post(
+      proc + "/wait", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
+        auto sandbox = context.registry.get(sandbox_id(req));
+        auto process = find_process(*sandbox, req.matches[2]);
+        uint64_t seconds = std::min(uint_param(req, "timeout_seconds", 30), kMaxWaitSeconds);
+        process->wait(std::chrono::seconds(seconds));
+        if (!process->running()) process->wait_pumped(std::chrono::seconds(5));
+        sandbox->touch();
+        send_json(res, 200, status_json(process->status()));
+      });
+}
+
+}  // namespace hutch::daemon

@@ -1,0 +1,144 @@
+// hutchd: the local HTTP daemon. Parses flags, forks the zygote while still single-threaded,
+// re-adopts the sandboxes of a previous run, serves until SIGTERM/SIGINT.
+//
+// On SIGTERM/SIGINT hutchd stops accepting, lets in-flight requests finish (bounded), and exits
+// leaving sandboxes running: the next hutchd re-adopts them. --destroy-on-exit destroys them.
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/metrics.h"
+#include "daemon/sandbox_registry.h"
+#include "daemon/server.h"
+#include "daemon/zygote.h"
+
+namespace {
+
+using namespace hutch::daemon;
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "hutchd: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hutchd: the hutch sandbox daemon (HTTP over a unix socket; see docs/api.md)"};
+  ServerOptions options;
+  std::string state_dir = "/var/lib/hutch";
+  std::string listen;
+  std::string token_file;
+  bool destroy_on_exit = false;
+  int shutdown_grace = 10;
+  std::string log_level = "info";
+  app.add_option("--socket", options.socket_path, "Unix socket to serve on (mode 0660)");
+  app.add_option("--listen", listen, "Also serve TCP on HOST:PORT (requires --token-file)");
+  app.add_option("--token-file", token_file, "File holding the bearer token for TCP clients");
+  app.add_option("--state-dir", state_dir, "State directory (mode 0700)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--max-concurrent", options.max_concurrent,
+                 "Requests in flight before 429 too_many_requests")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--max-connections", options.max_connections, "Worker threads (connections)")
+      ->check(CLI::Range(2, 100000));
+  app.add_option("--max-file-bytes", options.max_file_bytes, "Largest file PUT/upload");
+  app.add_option("--background-output-cap", options.background_output_cap,
+                 "Bytes of each background stream kept on disk");
+  app.add_option("--read-timeout", options.read_timeout_seconds, "Seconds to read a request");
+  app.add_option("--write-timeout", options.write_timeout_seconds, "Seconds to write a response");
+  app.add_option("--shutdown-grace", shutdown_grace,
+                 "Seconds in-flight requests get on SIGTERM/SIGINT");
+  app.add_flag("--destroy-on-exit", destroy_on_exit,
+               "Destroy every sandbox on exit (default: leave them for the next hutchd)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_logger_mt("hutchd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  spdlog::set_level(spdlog::level::from_str(log_level));
+
+  while (state_dir.size() > 1 && state_dir.ends_with('/')) state_dir.pop_back();
+  if (!state_dir.starts_with('/')) return fail("--state-dir must be an absolute path");
+  if (state_dir.size() > SandboxRegistry::max_state_dir_length())
+    return fail("--state-dir " + state_dir +
+                " is too long: sandbox sockets under it would exceed " +
+                "the 107-byte unix socket path limit (at most " +
+                std::to_string(SandboxRegistry::max_state_dir_length()) + " bytes)");
+  if (!listen.empty()) {
+    size_t colon = listen.rfind(':');
+    if (colon == std::string::npos) return fail("--listen wants HOST:PORT");
+    options.tcp_host = listen.substr(0, colon);
+    try {
+      options.tcp_port = std::stoi(listen.substr(colon + 1));
+    } catch (const std::exception&) {
+      return fail("--listen wants HOST:PORT");
+    }
+    if (token_file.empty())
+      return fail("--listen requires --token-file (TCP needs a bearer token)");
+    std::ifstream in(token_file);
+    std::getline(in, options.token);
+    while (!options.token.empty() && std::isspace(static_cast<unsigned char>(options.token.back())))
+      options.token.pop_back();
+    if (options.token.size() < 16) return fail("--token-file must hold a token of 16+ characters");
+  }
+  if (options.socket_path.size() >= sizeof(sockaddr_un::sun_path))
+    return fail("--socket path is longer than 107 bytes");
+
+  std::error_code error;
+  std::filesystem::create_directories(state_dir, error);
+  if (error) return fail("mkdir " + state_dir + ": " + error.message());
+  if (::chmod(state_dir.c_str(), 0700) != 0)
+    return fail("chmod " + state_dir + ": " + std::strerror(errno));
+
+  // Before any thread exists (spdlog's stderr logger starts none): the zygote must be a
+  // single-threaded copy of this process.
+  auto zygote = Zygote::start();
+  if (!zygote) return fail(zygote.error().message());
+
+  // Signals are taken synchronously by the main thread (sigwait); every thread started from
+  // here on inherits the blocked mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Metrics metrics;
+  SandboxRegistry registry(state_dir, *zygote, metrics);
+  RecoveryReport recovered = registry.recover();
+  spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
+
+  Daemon daemon(options, registry, metrics);
+  if (auto bound = daemon.bind(); !bound) return fail(bound.error().message());
+  daemon.start();
+  spdlog::info("serving on {}{} (state dir {})", options.socket_path,
+               options.tcp_host ? " and tcp " + listen : std::string(), state_dir);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("signal {}: stopping (in-flight requests get {} s)", sig, shutdown_grace);
+  bool clean = daemon.stop(std::chrono::seconds(shutdown_grace));
+  if (destroy_on_exit) {
+    registry.destroy_all();
+  } else {
+    spdlog::info("leaving {} sandboxes running for the next hutchd", registry.list().size());
+  }
+  spdlog::info("stopped{}", clean ? "" : " (some requests were still running)");
+  spdlog::shutdown();
+  // Requests still running after the grace period would touch destroyed objects on a normal
+  // return: leave without running destructors.
+  std::fflush(nullptr);
+  _exit(0);
+}

@@ -1,0 +1,44 @@
+// Counters and latency histograms served as Prometheus text on GET /metrics.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace hutch::daemon {
+
+// A Prometheus histogram with fixed buckets (seconds).
+class Histogram {
+ public:
+  void observe(double seconds);
+  void render(const std::string& name, const std::string& help, std::string& out) const;
+
+ private:
+  static constexpr std::array<double, 14> kBounds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  mutable std::mutex mutex_;
+  std::array<uint64_t, kBounds.size()> counts_{};
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+class Metrics {
+ public:
+  void count_request() { requests_.fetch_add(1, std::memory_order_relaxed); }
+  void count_error(const std::string& code);
+  Histogram& create_seconds() { return create_; }
+  Histogram& exec_seconds() { return exec_; }
+  std::string render(uint64_t running, uint64_t paused) const;
+
+ private:
+  std::atomic<uint64_t> requests_{0};
+  mutable std::mutex errors_mutex_;
+  std::map<std::string, uint64_t> errors_;
+  Histogram create_;
+  Histogram exec_;
+};
+
+}  // namespace hutch::daemon

@@ -1,0 +1,444 @@
+#include "daemon/sandbox_registry.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/errors.h"
+
+namespace hutch::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr auto kStartTimeout = std::chrono::seconds(30);
+constexpr size_t kIdLength = 15;  // "sb-" + 12 hex digits
+constexpr const char* kRecord = "sandbox.json";
+
+std::string state_name(SandboxState state) {
+  return state == SandboxState::kPaused ? "paused" : "running";
+}
+
+json ref_to_json(const LiveSandboxRef& ref) {
+  return {{"supervisor_pid", ref.supervisor_pid},
+          {"supervisor_start_time", ref.supervisor_start_time},
+          {"init_pid", ref.init_pid},
+          {"exec_socket", ref.exec_socket},
+          {"supervisor_socket", ref.supervisor_socket}};
+}
+
+LiveSandboxRef ref_from_json(const json& j) {
+  LiveSandboxRef ref;
+  ref.supervisor_pid = j.at("supervisor_pid").get<pid_t>();
+  ref.supervisor_start_time = j.at("supervisor_start_time").get<uint64_t>();
+  ref.init_pid = j.at("init_pid").get<pid_t>();
+  ref.exec_socket = j.at("exec_socket").get<std::string>();
+  ref.supervisor_socket = j.at("supervisor_socket").get<std::string>();
+  return ref;
+}
+
+// tmp + fsync + rename + fsync(dir): a reader (or a restarted hutchd) sees the old record or the
+// new one, never a torn one.
+void write_atomically(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string tmp = dir + "/." + name + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw runtime_failure(sys_error("open", tmp).error());
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Error error = sys_error("write", tmp).error();
+      ::close(fd);
+      throw runtime_failure(error);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    Error error = sys_error("fsync", tmp).error();
+    ::close(fd);
+    throw runtime_failure(error);
+  }
+  ::close(fd);
+  std::string final_path = dir + "/" + name;
+  if (::rename(tmp.c_str(), final_path.c_str()) != 0)
+    throw runtime_failure(sys_error("rename", tmp + " to " + final_path).error());
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+// The pid listening on a unix socket (SO_PEERCRED), 0 when nobody does.
+pid_t socket_peer(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (!fd || path.size() >= sizeof addr.sun_path) return 0;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return 0;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return 0;
+  return cred.pid;
+}
+
+// The first child of `pid` (the supervisor's only child is the sandbox's init).
+pid_t first_child(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t child = 0;
+  in >> child;
+  return child;
+}
+
+}  // namespace
+
+// ---- EventLog ----
+
+void EventLog::add(json event) {
+  event["time"] = iso8601(std::chrono::system_clock::now());
+  std::lock_guard lock(mutex_);
+  events_.push_back(std::move(event));
+  if (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+std::vector<json> EventLog::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return {events_.begin(), events_.end()};
+}
+
+// ---- Sandbox ----
+
+Sandbox::Sandbox(std::string id, SandboxConfig config,
+                 std::chrono::system_clock::time_point created_at, LiveSandbox live,
+                 std::string dir)
+    : id_(std::move(id)),
+      config_(std::move(config)),
+      created_at_(created_at),
+      live_(std::move(live)),
+      dir_(std::move(dir)) {
+  touch();
+}
+
+std::chrono::steady_clock::duration Sandbox::idle_for() const {
+  return std::chrono::steady_clock::now().time_since_epoch() -
+         std::chrono::steady_clock::duration(last_activity_.load());
+}
+
+files::Owner Sandbox::owner() const {
+  // build_spec maps the sandbox's root (uid/gid 0) to the default IdMap base.
+  IdMap ids;
+  return files::Owner{ids.host_base, ids.host_base};
+}
+
+files::SandboxFs Sandbox::fs() {
+  std::lock_guard lock(mutex_);
+  if (!root_) {
+    auto root = live_.open_root();
+    if (!root) throw runtime_failure(root.error());
+    root_ = std::move(*root);
+  }
+  return files::SandboxFs(root_.get(), owner());
+}
+
+void Sandbox::add_process(std::shared_ptr<BackgroundProcess> process) {
+  std::lock_guard lock(mutex_);
+  processes_[process->pid()] = std::move(process);
+}
+
+std::shared_ptr<BackgroundProcess> Sandbox::process(pid_t pid) const {
+  std::lock_guard lock(mutex_);
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<BackgroundProcess>> Sandbox::processes() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<BackgroundProcess>> out;
+  for (const auto& [pid, process] : processes_) out.push_back(process);
+  return out;
+}
+
+bool Sandbox::has_running_process() const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [pid, process] : processes_) {
+    if (process->running()) return true;
+  }
+  return false;
+}
+
+json Sandbox::to_json() const {
+  json out = config_to_json(config_);
+  out["id"] = id_;
+  out["state"] = state_name(state());
+  out["created_at"] = iso8601(created_at_);
+  out["init_pid"] = live_.ref().init_pid;
+  return out;
+}
+
+json Sandbox::record() const {
+  return {{"version", 1},
+          {"id", id_},
+          {"created_at", iso8601(created_at_)},
+          {"state", state_name(state())},
+          {"config", config_to_json(config_)},
+          {"ref", ref_to_json(live_.ref())}};
+}
+
+// ---- SandboxRegistry ----
+
+size_t SandboxRegistry::max_state_dir_length() {
+  constexpr size_t kSunPath = sizeof(sockaddr_un::sun_path) - 1;  // 107: room for the NUL
+  return kSunPath - std::strlen("/sandboxes/") - kIdLength - std::strlen("/supervisor.sock");
+}
+
+std::string SandboxRegistry::new_id() const {
+  unsigned char bytes[6];
+  while (getrandom(bytes, sizeof bytes, 0) != sizeof bytes) {
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "sb-";
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
+}
+
+void SandboxRegistry::remove_dir(const std::string& dir) const {
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+}
+
+void SandboxRegistry::persist(const Sandbox& sandbox) const {
+  write_atomically(sandbox.dir(), kRecord, sandbox.record().dump(2) + "\n");
+}
+
+RecoveryReport SandboxRegistry::recover() {
+  std::error_code error;
+  fs::create_directories(sandboxes_dir(), error);
+  ::chmod(sandboxes_dir().c_str(), 0700);
+  for (const auto& entry : fs::directory_iterator(sandboxes_dir(), error)) {
+    if (!entry.is_directory()) continue;
+    std::string id = entry.path().filename();
+    if (recover_one(id, entry.path())) {
+      ++recovered_.adopted;
+    } else {
+      ++recovered_.removed;
+    }
+  }
+  return recovered_;
+}
+
+bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir) {
+  json record;
+  try {
+    std::ifstream in(dir + "/" + kRecord);
+    record = json::parse(in);
+  } catch (const std::exception&) {
+    record = nullptr;
+  }
+  std::optional<LiveSandboxRef> ref;
+  try {
+    if (record.is_object() && record.contains("ref")) ref = ref_from_json(record["ref"]);
+  } catch (const std::exception&) {
+  }
+  if (!ref) {
+    // hutchd died between forking the supervisor and recording it: find the supervisor through
+    // its socket (SO_PEERCRED) and its init as its child, and destroy that sandbox.
+    pid_t supervisor = socket_peer(dir + "/supervisor.sock");
+    if (supervisor > 0) {
+      LiveSandboxRef found{supervisor, process_start_time(supervisor).value_or(0),
+                           first_child(supervisor), dir + "/exec.sock", dir + "/supervisor.sock"};
+      auto live = LiveSandbox::connect(found);
+      if (live) {
+        (void)live->destroy();
+      } else {
+        ::kill(supervisor, SIGKILL);
+      }
+    }
+    spdlog::warn("sandbox={} recovery: no complete record (creation was interrupted); removed", id);
+    remove_dir(dir);
+    return false;
+  }
+  auto live = LiveSandbox::connect(*ref);
+  if (!live) {
+    spdlog::warn("sandbox={} recovery: not alive ({}); removed", id, live.error().message());
+    remove_dir(dir);
+    return false;
+  }
+  SandboxConfig config;
+  std::chrono::system_clock::time_point created_at = std::chrono::system_clock::now();
+  try {
+    config = parse_sandbox_config(record.at("config"));
+    if (auto parsed = parse_iso8601(record.at("created_at").get<std::string>()))
+      created_at = *parsed;
+  } catch (const std::exception& e) {
+    spdlog::warn("sandbox={} recovery: unreadable record ({}); destroyed", id, e.what());
+    (void)live->destroy();
+    remove_dir(dir);
+    return false;
+  }
+  auto sandbox =
+      std::make_shared<Sandbox>(id, std::move(config), created_at, std::move(*live), dir);
+  if (record.value("state", "running") == "paused") sandbox->set_state(SandboxState::kPaused);
+  sandbox->log().add({{"event", "adopted"}, {"state", state_name(sandbox->state())}});
+  spdlog::info("sandbox={} recovery: adopted ({}, init pid {})", id, state_name(sandbox->state()),
+               ref->init_pid);
+  std::lock_guard lock(mutex_);
+  sandboxes_[id] = std::move(sandbox);
+  return true;
+}
+
+std::shared_ptr<Sandbox> SandboxRegistry::create(const SandboxConfig& config,
+                                                 const std::string& request_id) {
+  auto started = std::chrono::steady_clock::now();
+  std::string id = new_id();
+  std::string dir = sandboxes_dir() + "/" + id;
+  if (::mkdir(dir.c_str(), 0700) != 0) throw runtime_failure(sys_error("mkdir", dir).error());
+  // A record without a ref marks the creation in progress: recover() cleans it up if hutchd
+  // dies before the sandbox is recorded.
+  write_atomically(dir, kRecord,
+                   json{{"version", 1}, {"id", id}, {"state", "creating"}}.dump() + "\n");
+  SandboxSpec spec = build_spec(config, state_dir_);
+  auto ref = zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
+                           dir + "/supervisor.log", kStartTimeout);
+  if (!ref) {
+    spdlog::error("sandbox={} request={} create failed: {}", id, request_id, ref.error().message());
+    remove_dir(dir);
+    throw runtime_failure(ref.error());
+  }
+  auto live = LiveSandbox::connect(*ref);
+  if (!live) {
+    spdlog::error("sandbox={} request={} connect failed: {}", id, request_id,
+                  live.error().message());
+    ::kill(ref->supervisor_pid, SIGKILL);
+    remove_dir(dir);
+    throw runtime_failure(live.error());
+  }
+  auto sandbox = std::make_shared<Sandbox>(id, config, std::chrono::system_clock::now(),
+                                           std::move(*live), dir);
+  try {
+    persist(*sandbox);
+  } catch (const ApiError&) {
+    (void)sandbox->live().destroy();
+    remove_dir(dir);
+    throw;
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  metrics_.create_seconds().observe(seconds);
+  sandbox->log().add({{"event", "created"}, {"duration_ms", seconds * 1000}});
+  spdlog::info("sandbox={} request={} created in {:.1f} ms (init pid {})", id, request_id,
+               seconds * 1000, ref->init_pid);
+  std::lock_guard lock(mutex_);
+  sandboxes_[id] = sandbox;
+  return sandbox;
+}
+
+std::shared_ptr<Sandbox> SandboxRegistry::find(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Sandbox> SandboxRegistry::get(const std::string& id) const {
+  auto sandbox = find(id);
+  if (!sandbox) throw sandbox_not_found(id);
+  sandbox->touch();
+  return sandbox;
+}
+
+std::vector<std::shared_ptr<Sandbox>> SandboxRegistry::list() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Sandbox>> out;
+  for (const auto& [id, sandbox] : sandboxes_) out.push_back(sandbox);
+  return out;
+}
+
+bool SandboxRegistry::destroy(const std::string& id, const std::string& reason) {
+  auto sandbox = find(id);
+  if (!sandbox) return false;
+  std::lock_guard lifecycle(sandbox->lifecycle_mutex());
+  if (find(id) != sandbox) return true;  // destroyed meanwhile by another request
+  // A frozen cgroup v1 task takes SIGKILL only once thawed.
+  if (sandbox->state() == SandboxState::kPaused) (void)sandbox->live().thaw();
+  if (auto destroyed = sandbox->live().destroy(); !destroyed) {
+    spdlog::error("sandbox={} destroy failed: {}", id, destroyed.error().message());
+    throw runtime_failure(destroyed.error());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    sandboxes_.erase(id);
+  }
+  for (const auto& process : sandbox->processes()) process->wait_pumped(std::chrono::seconds(5));
+  remove_dir(sandbox->dir());
+  sandbox->log().add({{"event", "destroyed"}, {"reason", reason}});
+  spdlog::info("sandbox={} destroyed ({})", id, reason);
+  return true;
+}
+
+void SandboxRegistry::pause(Sandbox& sandbox) {
+  std::lock_guard lifecycle(sandbox.lifecycle_mutex());
+  if (sandbox.state() == SandboxState::kPaused) return;
+  if (auto frozen = sandbox.live().freeze(); !frozen) throw runtime_failure(frozen.error());
+  sandbox.set_state(SandboxState::kPaused);
+  persist(sandbox);
+  sandbox.log().add({{"event", "paused"}});
+}
+
+void SandboxRegistry::resume(Sandbox& sandbox) {
+  std::lock_guard lifecycle(sandbox.lifecycle_mutex());
+  if (sandbox.state() == SandboxState::kRunning) return;
+  if (auto thawed = sandbox.live().thaw(); !thawed) throw runtime_failure(thawed.error());
+  sandbox.set_state(SandboxState::kRunning);
+  persist(sandbox);
+  sandbox.log().add({{"event", "resumed"}});
+}
+
+void SandboxRegistry::reap() {
+  auto now = std::chrono::system_clock::now();
+  for (const auto& sandbox : list()) {
+    const SandboxConfig& config = sandbox->config();
+    std::string reason;
+    if (!sandbox->live().alive()) {
+      reason = "init exited";
+    } else if (config.max_lifetime_seconds &&
+               now - sandbox->created_at() >= std::chrono::seconds(*config.max_lifetime_seconds)) {
+      reason = "max lifetime reached";
+    } else if (config.idle_ttl_seconds > 0 && sandbox->active_execs() == 0 &&
+               sandbox->idle_for() >= std::chrono::seconds(config.idle_ttl_seconds) &&
+               !sandbox->has_running_process()) {
+      reason = "idle for " + std::to_string(config.idle_ttl_seconds) + " s";
+    }
+    if (reason.empty()) continue;
+    try {
+      destroy(sandbox->id(), reason);
+    } catch (const ApiError& e) {
+      spdlog::error("sandbox={} reaper: {}", sandbox->id(), e.message);
+    }
+  }
+}
+
+void SandboxRegistry::destroy_all() {
+  for (const auto& sandbox : list()) {
+    try {
+      destroy(sandbox->id(), "hutchd exiting with --destroy-on-exit");
+    } catch (const ApiError& e) {
+      spdlog::error("sandbox={} destroy on exit: {}", sandbox->id(), e.message);
+    }
+  }
+}
+
+}  // namespace hutch::daemon

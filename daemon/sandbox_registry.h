@@ -1,0 +1,158 @@
+// The daemon's sandboxes: id → live sandbox, each persisted as <state>/sandboxes/<id>/sandbox.json
+// (written atomically) so that a restarted hutchd re-adopts or deliberately destroys it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/exec.h"
+#include "daemon/json_codec.h"
+#include "daemon/metrics.h"
+#include "daemon/zygote.h"
+#include "runtime/files/sandbox_fs.h"
+#include "runtime/live_sandbox.h"
+
+namespace hutch::daemon {
+
+// A bounded in-memory ring of a sandbox's events (GET /v1/sandboxes/{id}/logs).
+class EventLog {
+ public:
+  void add(nlohmann::json event);  // stamps "time"
+  std::vector<nlohmann::json> snapshot() const;
+
+ private:
+  static constexpr size_t kMaxEvents = 1000;
+  mutable std::mutex mutex_;
+  std::deque<nlohmann::json> events_;
+};
+
+enum class SandboxState { kRunning, kPaused };
+
+class Sandbox {
+ public:
+  Sandbox(std::string id, SandboxConfig config, std::chrono::system_clock::time_point created_at,
+          LiveSandbox live, std::string dir);
+
+  const std::string& id() const { return id_; }
+  const SandboxConfig& config() const { return config_; }
+  const LiveSandbox& live() const { return live_; }
+  const std::string& dir() const { return dir_; }
+  std::chrono::system_clock::time_point created_at() const { return created_at_; }
+  EventLog& log() { return log_; }
+
+  SandboxState state() const { return state_.load(); }
+  void set_state(SandboxState state) { state_.store(state); }
+
+  // Activity (any request naming the sandbox) holds the idle reaper off.
+  void touch() {
+    last_activity_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  std::chrono::steady_clock::duration idle_for() const;
+
+  // Counts a running buffered/streamed exec for the idle reaper while alive.
+  class ExecGuard {
+   public:
+    explicit ExecGuard(Sandbox& sandbox) : sandbox_(&sandbox) { ++sandbox.active_execs_; }
+    ExecGuard(const ExecGuard&) = delete;
+    ExecGuard& operator=(const ExecGuard&) = delete;
+    ~ExecGuard() {
+      sandbox_->touch();
+      --sandbox_->active_execs_;
+    }
+
+   private:
+    Sandbox* sandbox_;
+  };
+  int active_execs() const { return active_execs_.load(); }
+
+  // The files API on the sandbox root (opened once, cached); throws ApiError when the root
+  // cannot be opened (the sandbox is gone).
+  files::SandboxFs fs();
+  files::Owner owner() const;
+
+  void add_process(std::shared_ptr<BackgroundProcess> process);
+  std::shared_ptr<BackgroundProcess> process(pid_t pid) const;
+  std::vector<std::shared_ptr<BackgroundProcess>> processes() const;
+  bool has_running_process() const;
+
+  // Serializes pause/resume/destroy of this sandbox.
+  std::mutex& lifecycle_mutex() { return lifecycle_; }
+
+  nlohmann::json to_json() const;  // the API's sandbox object
+  nlohmann::json record() const;   // sandbox.json
+
+ private:
+  std::string id_;
+  SandboxConfig config_;
+  std::chrono::system_clock::time_point created_at_;
+  LiveSandbox live_;
+  std::string dir_;
+  EventLog log_;
+  std::atomic<SandboxState> state_{SandboxState::kRunning};
+  std::atomic<int64_t> last_activity_;
+  std::atomic<int> active_execs_{0};
+  std::mutex lifecycle_;
+  mutable std::mutex mutex_;  // root_, processes_
+  UniqueFd root_;
+  std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
+};
+
+struct RecoveryReport {
+  int adopted = 0;
+  int removed = 0;
+};
+
+class SandboxRegistry {
+ public:
+  SandboxRegistry(std::string state_dir, const Zygote& zygote, Metrics& metrics)
+      : state_dir_(std::move(state_dir)), zygote_(zygote), metrics_(metrics) {}
+
+  // <state>/sandboxes/<16-char id>/supervisor.sock must fit sockaddr_un (107 bytes + NUL).
+  static size_t max_state_dir_length();
+  std::string sandboxes_dir() const { return state_dir_ + "/sandboxes"; }
+
+  // At startup: re-adopts every live sandbox under the state dir and removes the rest.
+  RecoveryReport recover();
+  const RecoveryReport& recovered() const { return recovered_; }
+
+  // Creates a sandbox (throws ApiError: 500 runtime_error when the runtime fails).
+  std::shared_ptr<Sandbox> create(const SandboxConfig& config, const std::string& request_id);
+  std::shared_ptr<Sandbox> find(const std::string& id) const;
+  // The sandbox, touched (activity); throws 404 sandbox_not_found.
+  std::shared_ptr<Sandbox> get(const std::string& id) const;
+  std::vector<std::shared_ptr<Sandbox>> list() const;
+
+  // Destroys a sandbox: false when the id is unknown. Throws ApiError when the runtime fails
+  // (the sandbox stays registered so that the destroy can be retried).
+  bool destroy(const std::string& id, const std::string& reason);
+  void pause(Sandbox& sandbox);
+  void resume(Sandbox& sandbox);
+  void persist(const Sandbox& sandbox) const;
+
+  // The reaper's pass: sandboxes idle past their TTL, past max lifetime, or whose init died.
+  void reap();
+  // --destroy-on-exit.
+  void destroy_all();
+
+ private:
+  std::string new_id() const;
+  void remove_dir(const std::string& dir) const;
+  bool recover_one(const std::string& id, const std::string& dir);
+
+  std::string state_dir_;
+  const Zygote& zygote_;
+  Metrics& metrics_;
+  RecoveryReport recovered_;
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+};
+
+}  // namespace hutch::daemon

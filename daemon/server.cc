@@ -1,0 +1,488 @@
+#include "daemon/server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <string_view>
+
+#include "daemon/errors.h"
+#include "daemon/json_codec.h"
+
+namespace hutch::daemon {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<uint64_t> next_request{1};
+std::atomic<size_t> in_flight{0};
+
+// httplib serves each connection on one task-queue thread for its whole keep-alive life, so a
+// fixed pool of N threads is stalled by N idle keep-alive clients. This pool grows on demand up
+// to a cap; requests beyond the concurrency cap are refused (429) by the route wrapper, not
+// queued.
+class GrowingPool : public httplib::TaskQueue {
+ public:
+  explicit GrowingPool(size_t max_threads) : max_threads_(max_threads) {}
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(fn));
+    // Idle workers that have not woken up yet count once: each takes one queued job.
+    if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { work(); });
+    } else {
+      ready_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mutex_);
+      shutdown_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ++idle_;
+      ready_.wait(lock, [&] { return shutdown_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // shutdown
+      auto fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  size_t max_threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool shutdown_ = false;
+};
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // Compares every byte of the longer string whatever the content: the time depends on the
+  // lengths only.
+  size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+const char* status_code_name(int status) {
+  switch (status) {
+    case 400:
+      return "bad_request";
+    case 401:
+      return "unauthorized";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 408:
+      return "request_timeout";
+    case 413:
+      return "payload_too_large";
+    case 414:
+      return "uri_too_long";
+    case 429:
+      return "too_many_requests";
+    case 503:
+      return "unavailable";
+    default:
+      return status >= 500 ? "runtime_error" : "bad_request";
+  }
+}
+
+// Whether `path` fits a route pattern, segment by segment: a "(...)" segment matches any
+// non-empty segment. (The routes' own regexes are httplib's; this only tells 404 from 405, and
+// avoids instantiating std::regex here, which GCC 12 -Wmaybe-uninitialized trips on under ASan.)
+bool path_matches(std::string_view pattern, std::string_view path) {
+  auto next = [](std::string_view& text) {
+    size_t slash = text.find('/', 1);
+    std::string_view segment = text.substr(0, slash);
+    text = slash == std::string_view::npos ? std::string_view() : text.substr(slash);
+    return segment;
+  };
+  while (!pattern.empty() && !path.empty()) {
+    std::string_view want = next(pattern), got = next(path);
+    if (want.starts_with("/(")) {
+      if (got.size() <= 1) return false;
+    } else if (want != got) {
+      return false;
+    }
+  }
+  return pattern.empty() && path.empty();
+}
+
+struct SlotRelease {
+  ~SlotRelease() { in_flight.fetch_sub(1); }
+};
+
+}  // namespace
+
+// ---- helpers ----
+
+json parse_body(const httplib::Request& req) {
+  if (req.body.empty()) return json::object();
+  return json::parse(req.body);  // throws json::parse_error: the wrapper answers invalid_json
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+std::string error_body(const std::string& code, const std::string& message) {
+  return dump_json({{"error", {{"code", code}, {"message", message}}}});
+}
+
+std::string sandbox_id(const httplib::Request& req) {
+  return req.matches.size() > 1 ? req.matches[1].str() : "";
+}
+
+// ---- Routes ----
+
+void Routes::get(const std::string& pattern, RouteHandler handler) {
+  bool counted = pattern != "/v1/health" && pattern != "/metrics";
+  routes_.push_back({"GET", pattern, std::move(handler), nullptr, counted});
+}
+void Routes::post(const std::string& pattern, RouteHandler handler) {
+  routes_.push_back({"POST", pattern, std::move(handler), nullptr, true});
+}
+void Routes::del(const std::string& pattern, RouteHandler handler) {
+  routes_.push_back({"DELETE", pattern, std::move(handler), nullptr, true});
+}
+void Routes::put_reader(const std::string& pattern, ReaderHandler handler) {
+  routes_.push_back({"PUT", pattern, nullptr, std::move(handler), true});
+}
+
+void Routes::run(const Route& route, const httplib::Request& req, httplib::Response& res,
+                 const httplib::ContentReader* reader) const {
+  auto started = Clock::now();
+  Call call{"r" + std::to_string(next_request.fetch_add(1)), nullptr};
+  context_.metrics.count_request();
+  res.set_header("X-Request-Id", call.request_id);
+  std::string code;
+  try {
+    if (route.counted) {
+      if (in_flight.fetch_add(1) >= context_.options.max_concurrent) {
+        in_flight.fetch_sub(1);
+        throw ApiError(429, "too_many_requests",
+                       "more than " + std::to_string(context_.options.max_concurrent) +
+                           " requests in flight; retry later");
+      }
+      call.slot = std::make_shared<SlotRelease>();
+    }
+    if (reader == nullptr && req.body.size() > context_.options.max_json_bytes)
+      throw ApiError(413, "payload_too_large",
+                     "JSON bodies are limited to " +
+                         std::to_string(context_.options.max_json_bytes) + " bytes");
+    if (reader != nullptr) {
+      route.reader(call, req, res, *reader);
+    } else {
+      route.handler(call, req, res);
+    }
+  } catch (const ApiError& e) {
+    code = e.code;
+    res.status = e.status;
+    res.set_content(error_body(e.code, e.message), "application/json");
+  } catch (const json::exception& e) {
+    code = "invalid_json";
+    res.status = 400;
+    res.set_content(error_body(code, e.what()), "application/json");
+  } catch (const std::exception& e) {
+    code = "runtime_error";
+    res.status = 500;
+    res.set_content(error_body(code, e.what()), "application/json");
+  }
+  if (!code.empty()) context_.metrics.count_error(code);
+  double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  std::string id = sandbox_id(req);
+  auto level = res.status >= 500 ? spdlog::level::warn : spdlog::level::debug;
+  if (route.method != "GET" || res.status >= 400) level = std::max(level, spdlog::level::info);
+  spdlog::log(level, "sandbox={} request={} {} {} -> {}{}{} ({:.2f} ms)", id.empty() ? "-" : id,
+              call.request_id, req.method, req.path, res.status, code.empty() ? "" : " ", code, ms);
+}
+
+httplib::Server::Handler Routes::wrap(const Route& route) const {
+  return [this, route](const httplib::Request& req, httplib::Response& res) {
+    run(route, req, res, nullptr);
+  };
+}
+
+httplib::Server::HandlerWithContentReader Routes::wrap_reader(const Route& route) const {
+  return [this, route](const httplib::Request& req, httplib::Response& res,
+                       const httplib::ContentReader& reader) { run(route, req, res, &reader); };
+}
+
+void Routes::install(httplib::Server& server, bool tcp) const {
+  for (const Route& route : routes_) {
+    if (route.method == "GET") server.Get(route.pattern, wrap(route));
+    if (route.method == "POST") server.Post(route.pattern, wrap(route));
+    if (route.method == "DELETE") server.Delete(route.pattern, wrap(route));
+    if (route.method == "PUT") server.Put(route.pattern, wrap_reader(route));
+  }
+  const ServerOptions& options = context_.options;
+  // Before the body is read: authentication (TCP). (A JSON body over its cap is refused by the
+  // route wrapper once read: answering before reading it would leave the client blocked
+  // writing a body nobody reads.)
+  server.set_pre_routing_handler(
+      [&options, tcp](const httplib::Request& req, httplib::Response& res) {
+        if (tcp) {
+          std::string header = req.get_header_value("Authorization");
+          bool ok =
+              header.starts_with("Bearer ") && constant_time_equal(header.substr(7), options.token);
+          if (!ok) {
+            res.status = 401;
+            res.set_header("WWW-Authenticate", "Bearer");
+            res.set_content(error_body("unauthorized", "a valid bearer token is required"),
+                            "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
+  // httplib's own errors (no route, body over the cap, bad request line) get the JSON shape
+  // too; a path that exists under another method is a 405.
+  std::vector<std::pair<std::string, std::string>> patterns;
+  for (const Route& route : routes_) patterns.emplace_back(route.pattern, route.method);
+  server.set_error_handler(httplib::Server::HandlerWithResponse(
+      [patterns](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty() || res.content_provider_)
+          return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 404) {
+          std::string allowed;
+          for (const auto& [pattern, method] : patterns) {
+            if (path_matches(pattern, req.path) && allowed.find(method) == std::string::npos)
+              allowed += (allowed.empty() ? "" : ", ") + method;
+          }
+          if (!allowed.empty()) {
+            res.status = 405;
+            res.set_header("Allow", allowed);
+            res.set_content(error_body("method_not_allowed",
+                                       req.method + " " + req.path + ": allowed " + allowed),
+                            "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+          }
+          res.set_content(error_body("not_found", "no route " + req.method + " " + req.path),
+                          "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        res.set_content(
+            error_body(status_code_name(res.status), "HTTP " + std::to_string(res.status)),
+            "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  server.set_payload_max_length(options.max_file_bytes + (1 << 20));
+  server.set_read_timeout(options.read_timeout_seconds, 0);
+  server.set_write_timeout(options.write_timeout_seconds, 0);
+  server.set_keep_alive_timeout(5);
+  server.set_keep_alive_max_count(1000);
+  size_t max_connections = options.max_connections;
+  server.new_task_queue = [max_connections] { return new GrowingPool(max_connections); };
+}
+
+// ---- health, metrics, sandbox lifecycle, logs ----
+
+void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
+  SandboxRegistry& registry = context.registry;
+  routes.get("/v1/health", [&registry](Call&, const httplib::Request&, httplib::Response& res) {
+    const RecoveryReport& recovered = registry.recovered();
+    send_json(res, 200,
+              {{"status", "ok"},
+               {"sandboxes", registry.list().size()},
+               {"recovered", {{"adopted", recovered.adopted}, {"removed", recovered.removed}}}});
+  });
+  routes.get("/metrics", [&context](Call&, const httplib::Request&, httplib::Response& res) {
+    uint64_t running = 0, paused = 0;
+    for (const auto& sandbox : context.registry.list())
+      (sandbox->state() == SandboxState::kPaused ? paused : running)++;
+    res.set_content(context.metrics.render(running, paused), "text/plain; version=0.0.4");
+  });
+  routes.post("/v1/sandboxes",
+              [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
+                SandboxConfig config = parse_sandbox_config(parse_body(req));
+                if (config.rootfs != "host") {
+                  struct stat st {};
+                  if (::stat(config.rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+                    throw bad_request("rootfs " + config.rootfs + " is not a directory");
+                }
+                if (config_to_json(config).dump().size() > 64 * 1024)
+                  throw bad_request("env and labels together are limited to 64 KiB");
+                auto sandbox = registry.create(config, call.request_id);
+                send_json(res, 201, sandbox->to_json());
+              });
+  routes.get("/v1/sandboxes",
+             [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
+               std::vector<std::pair<std::string, std::string>> wanted;
+               // httplib splits "label=k=v" at every '=': read the raw query instead.
+               std::string query = req.target.find('?') == std::string::npos
+                                       ? ""
+                                       : req.target.substr(req.target.find('?') + 1);
+               std::vector<std::string> labels;
+               for (size_t start = 0; start <= query.size();) {
+                 size_t end = std::min(query.find('&', start), query.size());
+                 std::string part = query.substr(start, end - start);
+                 if (part.starts_with("label="))
+                   labels.push_back(httplib::detail::decode_url(part.substr(6), true));
+                 start = end + 1;
+               }
+               for (const std::string& label : labels) {
+                 size_t eq = label.find('=');
+                 if (eq == std::string::npos) throw bad_request("label filter must be key=value");
+                 wanted.emplace_back(label.substr(0, eq), label.substr(eq + 1));
+               }
+               json list = json::array();
+               for (const auto& sandbox : registry.list()) {
+                 const auto& labels = sandbox->config().labels;
+                 bool match = std::ranges::all_of(wanted, [&](const auto& kv) {
+                   auto it = labels.find(kv.first);
+                   return it != labels.end() && it->second == kv.second;
+                 });
+                 if (match) list.push_back(sandbox->to_json());
+               }
+               send_json(res, 200, {{"sandboxes", list}});
+             });
+  const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";
+  routes.get(one, [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
+    send_json(res, 200, registry.get(sandbox_id(req))->to_json());
+  });
+  routes.del(one, [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
+    registry.destroy(sandbox_id(req), "deleted by request " + call.request_id);
+    res.status = 204;
+  });
+  routes.post(one + "/pause",
+              [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
+                auto sandbox = registry.get(sandbox_id(req));
+                registry.pause(*sandbox);
+                send_json(res, 200, sandbox->to_json());
+              });
+  routes.post(one + "/resume",
+              [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
+                auto sandbox = registry.get(sandbox_id(req));
+                registry.resume(*sandbox);
+                send_json(res, 200, sandbox->to_json());
+              });
+  routes.get(one + "/logs",
+             [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
+               auto sandbox = registry.get(sandbox_id(req));
+               std::string text;
+               for (const json& event : sandbox->log().snapshot()) text += dump_json(event) + "\n";
+               res.status = 200;
+               res.set_content(text, "application/x-ndjson");
+             });
+}
+
+// ---- Daemon ----
+
+Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics)
+    : context_{std::move(options), registry, metrics}, routes_(context_) {
+  add_lifecycle_routes(routes_, context_);
+  add_exec_routes(routes_, context_);
+  add_file_routes(routes_, context_);
+}
+
+Daemon::~Daemon() = default;
+
+Result<void> Daemon::bind() {
+  const std::string& path = context_.options.socket_path;
+  std::error_code ignored;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) return plain_error("listen", path + " exists and is not a socket");
+    // A socket someone answers on belongs to a running hutchd: never steal it.
+    httplib::Client probe(path);
+    probe.set_address_family(AF_UNIX);
+    probe.set_connection_timeout(1);
+    if (probe.Get("/v1/health")) return plain_error("listen", "another hutchd serves " + path);
+    ::unlink(path.c_str());
+  }
+  unix_ = std::make_unique<Listener>();
+  unix_->set_address_family(AF_UNIX);
+  routes_.install(*unix_, false);
+  // The socket is created with the umask, then narrowed: 0660 lets a "hutch" group in.
+  mode_t old = ::umask(0117);
+  bool bound = unix_->bind_to_port(path, 80);
+  ::umask(old);
+  if (!bound) return sys_error("bind", path);
+  if (!unix_->raise_backlog(SOMAXCONN)) return sys_error("listen", path);
+  if (::chmod(path.c_str(), 0660) != 0) return sys_error("chmod", path);
+  if (context_.options.tcp_host) {
+    tcp_ = std::make_unique<Listener>();
+    routes_.install(*tcp_, true);
+    std::string address =
+        *context_.options.tcp_host + ":" + std::to_string(context_.options.tcp_port);
+    if (!tcp_->bind_to_port(*context_.options.tcp_host, context_.options.tcp_port))
+      return sys_error("bind", address);
+    if (!tcp_->raise_backlog(SOMAXCONN)) return sys_error("listen", address);
+  }
+  return {};
+}
+
+void Daemon::start() {
+  for (Listener* server : {unix_.get(), tcp_.get()}) {
+    if (server == nullptr) continue;
+    ++serving_;
+    threads_.emplace_back([this, server] {
+      server->listen_after_bind();
+      --serving_;
+    });
+  }
+  threads_.emplace_back([this] {
+    while (!stopping_.load()) {
+      context_.registry.reap();
+      for (int i = 0; i < 5 && !stopping_.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+}
+
+bool Daemon::stop(std::chrono::seconds grace) {
+  stopping_.store(true);
+  // stop() closes the listening socket at once; each listener thread then waits for its
+  // connections' current requests.
+  if (unix_) unix_->stop();
+  if (tcp_) tcp_->stop();
+  ::unlink(context_.options.socket_path.c_str());
+  auto deadline = Clock::now() + grace;
+  while (serving_.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool clean = serving_.load() == 0;
+  for (std::thread& thread : threads_) {
+    if (clean) {
+      thread.join();
+    } else {
+      thread.detach();
+    }
+  }
+  threads_.clear();
+  return clean;
+}
+
+}  // namespace hutch::daemon

@@ -1,0 +1,120 @@
+// The HTTP face: listeners (unix socket, optional TCP with a bearer token), the route wrapper
+// that every handler runs in (request id, auth, concurrency cap, error mapping, logging), and
+// the route tables of server.cc (health, metrics, sandbox lifecycle, logs), exec_routes.cc and
+// file_routes.cc.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/metrics.h"
+#include "daemon/sandbox_registry.h"
+
+namespace hutch::daemon {
+
+struct ServerOptions {
+  std::string socket_path = "/run/hutch/hutchd.sock";
+  std::optional<std::string> tcp_host;  // --listen HOST:PORT
+  int tcp_port = 0;
+  std::string token;             // required with TCP
+  size_t max_concurrent = 64;    // requests in flight; more get 429
+  size_t max_connections = 256;  // worker threads (one per open connection)
+  uint64_t max_json_bytes = 8ull << 20;
+  uint64_t max_file_bytes = 64ull << 20;
+  uint64_t background_output_cap = 16ull << 20;
+  int read_timeout_seconds = 30;
+  int write_timeout_seconds = 60;
+};
+
+struct DaemonContext {
+  ServerOptions options;
+  SandboxRegistry& registry;
+  Metrics& metrics;
+};
+
+// One request as the handlers see it.
+struct Call {
+  std::string request_id;
+  // The concurrency slot; a streamed response keeps a copy until it ends.
+  std::shared_ptr<void> slot;
+};
+
+using RouteHandler = std::function<void(Call&, const httplib::Request&, httplib::Response&)>;
+using ReaderHandler = std::function<void(Call&, const httplib::Request&, httplib::Response&,
+                                         const httplib::ContentReader&)>;
+
+// The route table, installed on every listener.
+class Routes {
+ public:
+  explicit Routes(DaemonContext& context) : context_(context) {}
+  void get(const std::string& pattern, RouteHandler handler);
+  void post(const std::string& pattern, RouteHandler handler);
+  void del(const std::string& pattern, RouteHandler handler);
+  void put_reader(const std::string& pattern, ReaderHandler handler);
+  // tcp: the listener requires the bearer token.
+  void install(httplib::Server& server, bool tcp) const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::string pattern;
+    RouteHandler handler;
+    ReaderHandler reader;
+    bool counted = true;  // takes a concurrency slot (health and metrics do not)
+  };
+  httplib::Server::Handler wrap(const Route& route) const;
+  httplib::Server::HandlerWithContentReader wrap_reader(const Route& route) const;
+  void run(const Route& route, const httplib::Request& req, httplib::Response& res,
+           const httplib::ContentReader* reader) const;
+  DaemonContext& context_;
+  std::vector<Route> routes_;
+};
+
+// Helpers for handlers.
+nlohmann::json parse_body(const httplib::Request& req);  // {} for an empty body
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+std::string error_body(const std::string& code, const std::string& message);
+std::string sandbox_id(const httplib::Request& req);  // the first route group
+
+void add_lifecycle_routes(Routes& routes, DaemonContext& context);
+void add_exec_routes(Routes& routes, DaemonContext& context);
+void add_file_routes(Routes& routes, DaemonContext& context);
+
+// httplib::Server with its listening backlog raised: httplib listens with a backlog of 5, so a
+// burst of new unix-socket connections gets EAGAIN (refused) instead of waiting to be accepted.
+class Listener : public httplib::Server {
+ public:
+  bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+};
+
+class Daemon {
+ public:
+  Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics);
+  ~Daemon();
+  // Binds the listeners (the unix socket gets mode 0660). Errors are startup errors.
+  Result<void> bind();
+  // Serves on background threads, and runs the idle reaper.
+  void start();
+  // Stops accepting, lets in-flight requests finish for at most `grace`. false: some did not.
+  bool stop(std::chrono::seconds grace);
+
+ private:
+  DaemonContext context_;
+  Routes routes_;
+  std::unique_ptr<Listener> unix_;
+  std::unique_ptr<Listener> tcp_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> serving_{0};
+};
+
+}  // namespace hutch::daemon

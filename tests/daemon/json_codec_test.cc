@@ -1,0 +1,108 @@
+// The daemon's request validation and encoding (daemon/json_codec.h): pure, no root.
+#include "daemon/json_codec.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/errors.h"
+
+namespace hutch::daemon {
+namespace {
+
+int status_of(const std::function<void()>& parse) {
+  try {
+    parse();
+  } catch (const ApiError& e) {
+    return e.status;
+  }
+  return 200;
+}
+
+TEST(JsonCodec, ExecRequestVariants) {
+  auto argv = parse_exec_request({{"argv", {"ls", "-l"}}}, ExecFlavor::kPlain);
+  EXPECT_EQ(argv.argv, (std::vector<std::string>{"ls", "-l"}));
+  EXPECT_EQ(argv.max_output_bytes, 4u << 20);
+  EXPECT_EQ(argv.timeout_seconds, 0);
+  auto command =
+      parse_exec_request({{"command", "echo hi"}, {"timeout_seconds", 1.5}}, ExecFlavor::kPlain);
+  EXPECT_EQ(command.argv, (std::vector<std::string>{"/bin/sh", "-c", "echo hi"}));
+  EXPECT_EQ(command.timeout_seconds, 1.5);
+  auto bash = parse_exec_request({{"script", "echo $1"}, {"args", {"x"}}}, ExecFlavor::kBash);
+  EXPECT_EQ(bash.argv, (std::vector<std::string>{"bash", "-c", "echo $1", "bash", "x"}));
+  auto python = parse_exec_request({{"command", "print(1)"}}, ExecFlavor::kPython);
+  EXPECT_EQ(python.argv, (std::vector<std::string>{"python3", "-c", "print(1)"}));
+}
+
+TEST(JsonCodec, ExecRequestRefusals) {
+  const std::vector<json> bad = {
+      json::object(),
+      {{"argv", json::array()}},
+      {{"argv", {std::string("a\0", 2)}}},
+      {{"command", ""}},
+      {{"argv", {"a"}}, {"command", "b"}},
+      {{"argv", {"a"}}, {"env", {{"9X", "1"}}}},
+      {{"argv", {"a"}}, {"timeout_seconds", -0.5}},
+      {{"argv", {"a"}}, {"timeout_seconds", 1e300}},
+      {{"argv", {"a"}}, {"stream", "yes"}},
+  };
+  for (const json& body : bad) {
+    EXPECT_EQ(status_of([&] { parse_exec_request(body, ExecFlavor::kPlain); }), 400) << body.dump();
+  }
+  EXPECT_EQ(status_of([] { parse_exec_request({{"args", {"x"}}}, ExecFlavor::kBash); }), 400);
+}
+
+TEST(JsonCodec, SandboxConfigDefaultsAndRoundTrip) {
+  SandboxConfig defaults = parse_sandbox_config(json::object());
+  EXPECT_EQ(defaults.idle_ttl_seconds, 600u);
+  EXPECT_EQ(defaults.default_timeout_seconds, 600u);
+  EXPECT_EQ(defaults.network, "loopback");
+  EXPECT_EQ(defaults.workdir, "/");
+  json body = {{"limits", {{"memory_bytes", 1 << 30}, {"cpus", 0.5}}},
+               {"env", {{"A", "1"}}},
+               {"labels", {{"k", "v"}}},
+               {"max_lifetime_seconds", 60},
+               {"network", "none"}};
+  SandboxConfig config = parse_sandbox_config(body);
+  SandboxConfig again = parse_sandbox_config(config_to_json(config));
+  EXPECT_EQ(config_to_json(again), config_to_json(config));
+  SandboxSpec spec = build_spec(config, "/var/lib/hutch");
+  EXPECT_EQ(spec.net, NetMode::kNone);
+  EXPECT_EQ(spec.limits.memory_bytes, 1u << 30);
+  SandboxSpec wire = spec_from_json(spec_to_json(spec));
+  EXPECT_EQ(wire.env, spec.env);
+  EXPECT_EQ(wire.limits.cpus, 0.5);
+  EXPECT_EQ(wire.net, NetMode::kNone);
+  EXPECT_TRUE(wire.lower_dirs.empty());
+}
+
+TEST(JsonCodec, EnvironmentMergeOrder) {
+  auto env = exec_environment({{"A", "sandbox"}, {"HOME", "/home/x"}}, {{"A", "request"}});
+  EXPECT_NE(std::find(env.begin(), env.end(), "A=request"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "HOME=/home/x"), env.end());
+  EXPECT_NE(std::find(env.begin(), env.end(), "LANG=C.UTF-8"), env.end());
+  EXPECT_EQ(std::count_if(env.begin(), env.end(), [](auto& kv) { return kv.starts_with("A="); }),
+            1);
+}
+
+TEST(JsonCodec, EncodingHelpers) {
+  for (std::string data : {std::string(), std::string("a"), std::string("ab"), std::string("abc"),
+                           std::string("\0\xff\x01zz", 5)}) {
+    EXPECT_EQ(base64_decode(base64_encode(data)), data);
+  }
+  EXPECT_EQ(base64_encode("hello"), "aGVsbG8=");
+  EXPECT_FALSE(base64_decode("!!!"));
+  auto now = std::chrono::system_clock::now();
+  auto parsed = parse_iso8601(iso8601(now));
+  ASSERT_TRUE(parsed);
+  EXPECT_LT(std::chrono::abs(*parsed - now), std::chrono::milliseconds(1));
+  EXPECT_EQ(iso8601_ns(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(parse_signal("TERM"), 15);
+  EXPECT_EQ(parse_signal("SIGKILL"), 9);
+  EXPECT_EQ(parse_signal(2), 2);
+  EXPECT_EQ(parse_signal("15"), 15);
+  EXPECT_FALSE(parse_signal("NOPE"));
+  EXPECT_FALSE(parse_signal(0));
+  EXPECT_EQ(dump_json({{"s", std::string("a\xff")}}), "{\"s\":\"a\xEF\xBF\xBD\"}");
+}
+
+}  // namespace
+}  // namespace hutch::daemon

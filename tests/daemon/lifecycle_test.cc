@@ -1,0 +1,212 @@
+// Sandbox lifecycle through hutchd: create/list/get/delete, pause/resume, idle TTL, limits on
+// requests (body size, concurrency, auth), error shapes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "tests/daemon/daemon_fixture.h"
+
+namespace hutch::testing {
+namespace {
+
+TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
+  std::string a = create({{"labels", {{"team", "red"}}}, {"env", {{"FOO", "1"}}}});
+  std::string b = create({{"labels", {{"team", "blue"}}}});
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  auto got = daemon_->get("/v1/sandboxes/" + a);
+  ASSERT_EQ(got.status, 200) << got.raw;
+  EXPECT_EQ(got.body["id"], a);
+  EXPECT_EQ(got.body["state"], "running");
+  EXPECT_EQ(got.body["labels"]["team"], "red");
+  EXPECT_EQ(got.body["env"]["FOO"], "1");
+  EXPECT_EQ(got.body["idle_ttl_seconds"], 600);
+  EXPECT_EQ(got.body["default_timeout_seconds"], 600);
+  EXPECT_EQ(got.body["network"], "loopback");
+  EXPECT_TRUE(got.body["created_at"].get<std::string>().ends_with("Z"));
+
+  auto all = daemon_->get("/v1/sandboxes");
+  ASSERT_EQ(all.status, 200);
+  EXPECT_EQ(all.body["sandboxes"].size(), 2u);
+  auto red = daemon_->get("/v1/sandboxes?label=team=red");
+  ASSERT_EQ(red.body["sandboxes"].size(), 1u);
+  EXPECT_EQ(red.body["sandboxes"][0]["id"], a);
+
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/" + a).status, 204);
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/" + a).status, 204);
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/sb-doesnotexist").status, 204);
+  auto gone = daemon_->get("/v1/sandboxes/" + a);
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(error_code(gone), "sandbox_not_found");
+  EXPECT_EQ(daemon_->get("/v1/sandboxes").body["sandboxes"].size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(daemon_->state_dir() + "/sandboxes/" + a));
+}
+
+TEST_F(DaemonTest, CreateRejectsBadConfig) {
+  for (const json& body : {json{{"network", "host"}}, json{{"env", {{"1BAD", "x"}}}},
+                           json{{"rootfs", "relative/dir"}}, json{{"rootfs", "/no/such/dir"}},
+                           json{{"limits", {{"pids", 0}}}}, json{{"idle_ttl_seconds", -1}},
+                           json{{"hostname", "bad host"}}, json{{"unknown_field", 1}}}) {
+    auto reply = daemon_->post("/v1/sandboxes", body);
+    EXPECT_EQ(reply.status, 400) << body.dump() << " " << reply.raw;
+    EXPECT_EQ(error_code(reply), "bad_request") << body.dump();
+  }
+  EXPECT_EQ(daemon_->get("/v1/sandboxes").body["sandboxes"].size(), 0u);
+}
+
+TEST_F(DaemonTest, HealthMetricsAndLogs) {
+  std::string id = create();
+  exec(id, {{"argv", {"true"}}});
+  auto health = daemon_->get("/v1/health");
+  ASSERT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["status"], "ok");
+  EXPECT_EQ(health.body["sandboxes"], 1);
+  EXPECT_EQ(health.body["recovered"]["adopted"], 0);
+  daemon_->get("/v1/sandboxes/sb-missing");
+  auto metrics = daemon_->client()->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("hutch_sandboxes{state=\"running\"} 1"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("hutch_create_seconds_count 1"), std::string::npos);
+  EXPECT_NE(metrics->body.find("hutch_exec_seconds_count 1"), std::string::npos);
+  EXPECT_NE(metrics->body.find("hutch_errors_total{code=\"sandbox_not_found\"} 1"),
+            std::string::npos);
+  auto logs = daemon_->client()->Get("/v1/sandboxes/" + id + "/logs");
+  ASSERT_TRUE(logs);
+  EXPECT_EQ(logs->status, 200);
+  EXPECT_NE(logs->body.find("\"event\":\"created\""), std::string::npos) << logs->body;
+  EXPECT_NE(logs->body.find("\"event\":\"exec_ended\""), std::string::npos) << logs->body;
+}
+
+TEST_F(DaemonTest, ErrorsHaveStableCodes) {
+  std::string id = create();
+  auto malformed = daemon_->post_raw("/v1/sandboxes/" + id + "/exec", "{\"argv\": [");
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_EQ(error_code(malformed), "invalid_json");
+  auto nan = daemon_->post_raw("/v1/sandboxes/" + id + "/exec",
+                               "{\"argv\":[\"true\"],\"timeout_seconds\":NaN}");
+  EXPECT_EQ(nan.status, 400);
+  EXPECT_EQ(error_code(nan), "invalid_json");
+  auto not_object = daemon_->post_raw("/v1/sandboxes/" + id + "/exec", "[1,2]");
+  EXPECT_EQ(not_object.status, 400);
+  auto huge = daemon_->post_raw("/v1/sandboxes/" + id + "/exec",
+                                "{\"command\":\"" + std::string(9 << 20, 'a') + "\"}");
+  EXPECT_EQ(huge.status, 413);
+  EXPECT_EQ(error_code(huge), "payload_too_large");
+  auto no_route = daemon_->get("/v2/nothing");
+  EXPECT_EQ(no_route.status, 404);
+  EXPECT_EQ(error_code(no_route), "not_found");
+  auto wrong_method = daemon_->get("/v1/sandboxes/" + id + "/exec");
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_EQ(error_code(wrong_method), "method_not_allowed");
+  auto no_sandbox = daemon_->post("/v1/sandboxes/sb-nope/exec", {{"argv", {"true"}}});
+  EXPECT_EQ(no_sandbox.status, 404);
+  EXPECT_EQ(error_code(no_sandbox), "sandbox_not_found");
+  // The daemon still serves after all of that.
+  EXPECT_EQ(exec(id, {{"argv", {"true"}}})["exit_code"], 0);
+}
+
+TEST_F(DaemonTest, PausedSandboxRefusesExecUntilResumed) {
+  std::string id = create();
+  auto paused = daemon_->post("/v1/sandboxes/" + id + "/pause", json::object());
+  ASSERT_EQ(paused.status, 200) << paused.raw;
+  EXPECT_EQ(paused.body["state"], "paused");
+  auto refused = daemon_->post("/v1/sandboxes/" + id + "/exec", {{"argv", {"true"}}});
+  EXPECT_EQ(refused.status, 409);
+  EXPECT_EQ(error_code(refused), "sandbox_paused");
+  auto resumed = daemon_->post("/v1/sandboxes/" + id + "/resume", json::object());
+  ASSERT_EQ(resumed.status, 200) << resumed.raw;
+  EXPECT_EQ(resumed.body["state"], "running");
+  EXPECT_EQ(exec(id, {{"command", "echo back"}})["stdout"], "back\n");
+}
+
+TEST_F(DaemonTest, IdleTtlReapsIdleSandboxesAndSparesBusyOnes) {
+  std::string idle = create({{"idle_ttl_seconds", 1}});
+  std::string busy = create({{"idle_ttl_seconds", 1}});
+  std::string working = create({{"idle_ttl_seconds", 1}});
+  // `working` runs a background process for 4 s; `busy` gets a request every 300 ms.
+  auto started = daemon_->post("/v1/sandboxes/" + working + "/exec",
+                               {{"command", "sleep 4"}, {"background", true}});
+  ASSERT_EQ(started.status, 201) << started.raw;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(daemon_->get("/v1/sandboxes/" + busy).status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + idle).status, 404);
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + busy).status, 200);
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + working).status, 200);
+  EXPECT_FALSE(std::filesystem::exists(daemon_->state_dir() + "/sandboxes/" + idle));
+}
+
+TEST_F(DaemonTest, MaxLifetimeDestroysEvenBusySandboxes) {
+  std::string id = create({{"max_lifetime_seconds", 1}});
+  auto started = daemon_->post("/v1/sandboxes/" + id + "/exec",
+                               {{"command", "sleep 30"}, {"background", true}});
+  ASSERT_EQ(started.status, 201);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).status, 404);
+}
+
+TEST(DaemonLimits, SaturatedDaemonAnswers429) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  Hutchd daemon(temp.path(), {"--max-concurrent", "2", "--destroy-on-exit"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto created = daemon.post("/v1/sandboxes", json::object());
+  ASSERT_EQ(created.status, 201);
+  std::string path = "/v1/sandboxes/" + created.body["id"].get<std::string>() + "/exec";
+  std::atomic<int> ok{0};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.emplace_back([&] {
+      if (daemon.post(path, {{"command", "sleep 1.5"}}).status == 200) ++ok;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto refused = daemon.post(path, {{"argv", {"true"}}});
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(error_code(refused), "too_many_requests");
+  EXPECT_EQ(daemon.get("/v1/health").status, 200);  // health is never refused
+  for (auto& t : slow) t.join();
+  EXPECT_EQ(ok.load(), 2);
+  EXPECT_EQ(daemon.post(path, {{"argv", {"true"}}}).status, 200);
+  EXPECT_EQ(daemon.stop(SIGTERM), 0);
+  if (HasFailure()) std::fprintf(stderr, "--- hutchd log ---\n%s\n", daemon.log().c_str());
+}
+
+TEST(DaemonLimits, TcpNeedsTheBearerToken) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  std::string token = "0123456789abcdef0123456789abcdef";
+  std::ofstream(temp.path() + "/token") << token << "\n";
+  int port = 20000 + (getpid() % 20000);
+  Hutchd daemon(temp.path(), {"--listen", "127.0.0.1:" + std::to_string(port), "--token-file",
+                              temp.path() + "/token"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  httplib::Client tcp("127.0.0.1", port);
+  auto anonymous = tcp.Get("/v1/health");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_NE(anonymous->body.find("unauthorized"), std::string::npos);
+  tcp.set_bearer_token_auth(token.substr(0, 31) + "0");
+  EXPECT_EQ(tcp.Get("/v1/health")->status, 401);
+  tcp.set_bearer_token_auth(token);
+  EXPECT_EQ(tcp.Get("/v1/health")->status, 200);
+  EXPECT_EQ(daemon.stop(SIGTERM), 0);
+}
+
+TEST(DaemonStartup, RefusesBadFlags) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  Hutchd long_state(temp.path(), {"--state-dir", temp.path() + "/" + std::string(80, 's')});
+  EXPECT_FALSE(long_state.start());
+  EXPECT_NE(long_state.log().find("107-byte"), std::string::npos) << long_state.log();
+  Hutchd tcp_without_token(temp.path(), {"--listen", "127.0.0.1:1"});
+  EXPECT_FALSE(tcp_without_token.start());
+  EXPECT_NE(tcp_without_token.log().find("--token-file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hutch::testing
