@@ -132,17 +132,53 @@ bool valid_env_key(std::string_view key) {
   return true;
 }
 
-SandboxConfig parse_sandbox_config(const json& body) {
+void check_layer_name(const std::string& name, const std::string& field, size_t max_length) {
+  auto allowed = [](char c, bool first) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (!first && (c == '.' || c == '_' || c == '-'));
+  };
+  bool valid = !name.empty() && name.size() <= max_length;
+  for (size_t i = 0; valid && i < name.size(); ++i) valid = allowed(name[i], i == 0);
+  if (!valid) {
+    throw bad_request(field + " \"" + name + "\" is not [a-z0-9][a-z0-9._-]{0," +
+                      std::to_string(max_length - 1) + "}");
+  }
+}
+
+SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
   SandboxConfig config;
   if (body.is_null()) return config;
   require_object(body, "the request body");
-  check_known_fields(
-      body, {"rootfs", "limits", "env", "labels", "idle_ttl_seconds", "max_lifetime_seconds",
-             "default_timeout_seconds", "network", "hostname", "workdir"});
+  std::set<std::string_view> known = {"rootfs",
+                                      "recipe",
+                                      "limits",
+                                      "env",
+                                      "labels",
+                                      "idle_ttl_seconds",
+                                      "max_lifetime_seconds",
+                                      "default_timeout_seconds",
+                                      "network",
+                                      "hostname",
+                                      "workdir"};
+  if (source == ConfigSource::kRecord) known.insert("layers");
+  check_known_fields(body, known);
   if (auto rootfs = optional_string(body, "rootfs")) {
-    if (*rootfs != "host") check_absolute_path(*rootfs, "rootfs");
-    config.rootfs = *rootfs;
+    if (rootfs->starts_with("recipe:")) {
+      config.recipe = rootfs->substr(7);
+      check_layer_name(config.recipe, "rootfs recipe:NAME");
+    } else {
+      if (*rootfs != "host") check_absolute_path(*rootfs, "rootfs");
+      config.rootfs = *rootfs;
+    }
   }
+  if (auto recipe = optional_string(body, "recipe")) {
+    check_layer_name(*recipe, "recipe");
+    if (!config.recipe.empty() && config.recipe != *recipe)
+      throw bad_request("recipe and rootfs recipe:NAME disagree");
+    config.recipe = *recipe;
+  }
+  if (const json* layers = optional_field(body, "layers"))
+    config.layer_digests = string_array(*layers, "layers");
   if (const json* limits = optional_field(body, "limits")) {
     require_object(*limits, "limits");
     check_known_fields(*limits, {"memory_bytes", "pids", "cpus", "cpu_weight", "disk_bytes"});
@@ -211,7 +247,7 @@ json config_to_json(const SandboxConfig& config) {
   if (config.limits.cpus) limits["cpus"] = *config.limits.cpus;
   if (config.limits.cpu_weight) limits["cpu_weight"] = *config.limits.cpu_weight;
   if (config.limits.disk_bytes) limits["disk_bytes"] = *config.limits.disk_bytes;
-  return {
+  json out = {
       {"rootfs", config.rootfs},
       {"limits", limits},
       {"env", config.env},
@@ -224,11 +260,15 @@ json config_to_json(const SandboxConfig& config) {
       {"hostname", config.hostname},
       {"workdir", config.workdir},
   };
+  if (!config.recipe.empty()) out["recipe"] = config.recipe;
+  if (!config.layer_digests.empty()) out["layers"] = config.layer_digests;
+  return out;
 }
 
 SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir) {
   SandboxSpec spec;
   if (config.rootfs != "host") spec.lower_dirs = {config.rootfs};
+  spec.layers = config.layer_images;
   spec.env = exec_environment(config.env, {});
   spec.workdir = config.workdir;
   spec.hostname = config.hostname;
@@ -253,6 +293,9 @@ json spec_to_json(const SandboxSpec& spec) {
     binds.push_back({{"source", bind.source}, {"target", bind.target}, {"ro", bind.read_only}});
   return {
       {"lower_dirs", spec.lower_dirs},
+      {"layers", spec.layers},
+      {"upper_dir", spec.upper_dir},
+      {"capabilities", spec.capabilities},
       {"env", spec.env},
       {"workdir", spec.workdir},
       {"hostname", spec.hostname},
@@ -273,6 +316,9 @@ json spec_to_json(const SandboxSpec& spec) {
 SandboxSpec spec_from_json(const json& j) {
   SandboxSpec spec;
   spec.lower_dirs = j.at("lower_dirs").get<std::vector<std::string>>();
+  spec.layers = j.at("layers").get<std::vector<std::string>>();
+  spec.upper_dir = j.at("upper_dir").get<std::string>();
+  spec.capabilities = j.at("capabilities").get<uint64_t>();
   spec.env = j.at("env").get<std::vector<std::string>>();
   spec.workdir = j.at("workdir").get<std::string>();
   spec.hostname = j.at("hostname").get<std::string>();

@@ -28,7 +28,16 @@ struct SandboxLimits {
 
 // What a client asked for in POST /v1/sandboxes, normalized (defaults filled in).
 struct SandboxConfig {
-  std::string rootfs = "host";  // "host" or an absolute host directory (a read-only lower layer)
+  // "host" or an absolute host directory (a read-only lower layer); with a recipe, the recipe's
+  // base (a request's "rootfs": "recipe:NAME" is moved to `recipe`).
+  std::string rootfs = "host";
+  // The recipe or snapshot tag the sandbox was created from ("" when none), and the layer ids
+  // of its stack, topmost first, as resolved at creation (or at a rollback).
+  std::string recipe;
+  std::vector<std::string> layer_digests;
+  // The erofs images of layer_digests (SandboxSpec::layers), filled in from the layer store by
+  // whoever resolves `recipe`; not part of the JSON (a record keeps the digests only).
+  std::vector<std::string> layer_images;
   SandboxLimits limits;
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> labels;
@@ -40,7 +49,10 @@ struct SandboxConfig {
   std::string workdir = "/";
 };
 
-SandboxConfig parse_sandbox_config(const json& body);
+// A request's body, or (kRecord) the "config" of a sandbox.json, which may also carry the
+// resolved "layers" digests that a client may not set.
+enum class ConfigSource { kRequest, kRecord };
+SandboxConfig parse_sandbox_config(const json& body, ConfigSource source = ConfigSource::kRequest);
 json config_to_json(const SandboxConfig& config);
 
 // The runtime spec for a sandbox (seccomp excluded: the zygote loads the built-in program).
@@ -92,5 +104,9 @@ std::optional<uint64_t> optional_uint(const json& body, const char* name);
 std::optional<bool> optional_bool(const json& body, const char* name);
 // Refuses NUL bytes (names the field).
 void check_no_nul(std::string_view value, const std::string& field);
+
+// Recipe, snapshot and checkpoint names: [a-z0-9][a-z0-9._-]{0,max_length-1} (so always one plain
+// file name in the layer store); throws ApiError(400) naming the field.
+void check_layer_name(const std::string& name, const std::string& field, size_t max_length = 64);
 
 }  // namespace hutch::daemon

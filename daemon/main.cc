@@ -15,6 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "daemon/metrics.h"
 #include "daemon/sandbox_registry.h"
@@ -61,7 +64,27 @@ int main(int argc, char** argv) {
   app.add_flag("--destroy-on-exit", destroy_on_exit,
                "Destroy every sandbox on exit (default: leave them for the next hutchd)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  std::vector<std::string> warm_pool_specs;
+  app.add_option("--warm-pool", warm_pool_specs,
+                 "ROOTFS=N: keep N idle sandboxes of ROOTFS (host, recipe:NAME, a dir) ready for "
+                 "creates with its default config (repeatable; default none)")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
+
+  std::map<std::string, size_t> warm_pools;
+  for (const std::string& spec : warm_pool_specs) {
+    size_t eq = spec.rfind('=');
+    size_t size = 0;
+    try {
+      if (eq == std::string::npos || eq == 0) throw std::invalid_argument(spec);
+      size_t used = 0;
+      size = std::stoul(spec.substr(eq + 1), &used);
+      if (used != spec.size() - eq - 1 || size > 64) throw std::out_of_range(spec);
+    } catch (const std::exception&) {
+      return fail("--warm-pool wants ROOTFS=N with N in 0..64, got \"" + spec + "\"");
+    }
+    if (size > 0) warm_pools[spec.substr(0, eq)] = size;
+  }
 
   auto logger = spdlog::stderr_logger_mt("hutchd");
   spdlog::set_default_logger(logger);
@@ -123,6 +146,9 @@ int main(int argc, char** argv) {
   Daemon daemon(options, registry, metrics);
   if (auto bound = daemon.bind(); !bound) return fail(bound.error().message());
   daemon.start();
+  registry.start_pool(warm_pools, [&registry](SandboxConfig& config) {
+    return resolve_recipe(config, registry.state_dir());
+  });
   spdlog::info("serving on {}{} (state dir {})", options.socket_path,
                options.tcp_host ? " and tcp " + listen : std::string(), state_dir);
 
@@ -130,11 +156,13 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {}: stopping (in-flight requests get {} s)", sig, shutdown_grace);
   bool clean = daemon.stop(std::chrono::seconds(shutdown_grace));
+  registry.stop_pool();  // idle pool sandboxes were never handed out: always destroyed
   if (destroy_on_exit) {
     registry.destroy_all();
   } else {
     spdlog::info("leaving {} sandboxes running for the next hutchd", registry.list().size());
   }
+  registry.drain_teardowns();
   spdlog::info("stopped{}", clean ? "" : " (some requests were still running)");
   spdlog::shutdown();
   // Requests still running after the grace period would touch destroyed objects on a normal

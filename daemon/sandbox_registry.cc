@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "daemon/errors.h"
+#include "runtime/process/pidfd.h"
 
 namespace hutch::daemon {
 namespace {
@@ -157,6 +158,11 @@ void Sandbox::add_process(std::shared_ptr<BackgroundProcess> process) {
   processes_[process->pid()] = std::move(process);
 }
 
+void Sandbox::inherit_processes(Sandbox& from) {
+  std::scoped_lock lock(mutex_, from.mutex_);
+  processes_.merge(from.processes_);
+}
+
 std::shared_ptr<BackgroundProcess> Sandbox::process(pid_t pid) const {
   std::lock_guard lock(mutex_);
   auto it = processes_.find(pid);
@@ -278,10 +284,16 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     remove_dir(dir);
     return false;
   }
+  if (record.value("state", "") == "pooled") {
+    (void)live->destroy();
+    spdlog::info("sandbox={} recovery: an idle warm-pool sandbox; destroyed", id);
+    remove_dir(dir);
+    return false;
+  }
   SandboxConfig config;
   std::chrono::system_clock::time_point created_at = std::chrono::system_clock::now();
   try {
-    config = parse_sandbox_config(record.at("config"));
+    config = parse_sandbox_config(record.at("config"), ConfigSource::kRecord);
     if (auto parsed = parse_iso8601(record.at("created_at").get<std::string>()))
       created_at = *parsed;
   } catch (const std::exception& e) {
@@ -301,9 +313,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
   return true;
 }
 
-std::shared_ptr<Sandbox> SandboxRegistry::create(const SandboxConfig& config,
-                                                 const std::string& request_id) {
-  auto started = std::chrono::steady_clock::now();
+SpawnedSandbox SandboxRegistry::spawn(const SandboxConfig& config, const std::string& request_id,
+                                      bool pooled) {
   std::string id = new_id();
   std::string dir = sandboxes_dir() + "/" + id;
   if (::mkdir(dir.c_str(), 0700) != 0) throw runtime_failure(sys_error("mkdir", dir).error());
@@ -327,23 +338,71 @@ std::shared_ptr<Sandbox> SandboxRegistry::create(const SandboxConfig& config,
     remove_dir(dir);
     throw runtime_failure(live.error());
   }
-  auto sandbox = std::make_shared<Sandbox>(id, config, std::chrono::system_clock::now(),
-                                           std::move(*live), dir);
+  if (pooled) {
+    // Recovery destroys pooled sandboxes: nobody has seen them.
+    write_atomically(
+        dir, kRecord,
+        json{{"version", 1}, {"id", id}, {"state", "pooled"}, {"ref", ref_to_json(*ref)}}.dump() +
+            "\n");
+  }
+  return SpawnedSandbox{std::move(id), std::move(dir), std::move(*live), config.layer_digests};
+}
+
+void SandboxRegistry::discard(SpawnedSandbox& spawned) {
+  if (auto destroyed = spawned.live.destroy(); !destroyed) {
+    spdlog::error("sandbox={} discard: {}", spawned.id, destroyed.error().message());
+  }
+  remove_dir(spawned.dir);
+}
+
+void SandboxRegistry::start_pool(std::map<std::string, size_t> sizes, PoolConfigHook spawn_config) {
+  pool_ = std::make_unique<WarmPool>(
+      std::move(sizes),
+      [this, spawn_config](SandboxConfig config) -> std::optional<SpawnedSandbox> {
+        try {
+          auto held = spawn_config(config);
+          return spawn(config, "warm-pool", true);
+        } catch (const ApiError& e) {
+          spdlog::error("warm pool {}: {}", WarmPool::key(config), e.message);
+          return std::nullopt;
+        }
+      },
+      [this](SpawnedSandbox& spawned) { discard(spawned); });
+  pool_->start();
+}
+
+void SandboxRegistry::stop_pool() {
+  if (pool_) pool_->stop();
+}
+
+std::map<std::string, std::pair<size_t, size_t>> SandboxRegistry::pool_status() const {
+  return pool_ ? pool_->status() : std::map<std::string, std::pair<size_t, size_t>>{};
+}
+
+std::shared_ptr<Sandbox> SandboxRegistry::create(const SandboxConfig& config,
+                                                 const std::string& request_id) {
+  auto started = std::chrono::steady_clock::now();
+  std::optional<SpawnedSandbox> pooled;
+  if (pool_) pooled = pool_->take(config);
+  SpawnedSandbox spawned = pooled ? std::move(*pooled) : spawn(config, request_id, false);
+  auto sandbox = std::make_shared<Sandbox>(spawned.id, config, std::chrono::system_clock::now(),
+                                           std::move(spawned.live), spawned.dir);
   try {
     persist(*sandbox);
   } catch (const ApiError&) {
     (void)sandbox->live().destroy();
-    remove_dir(dir);
+    remove_dir(spawned.dir);
     throw;
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   metrics_.create_seconds().observe(seconds);
-  sandbox->log().add({{"event", "created"}, {"duration_ms", seconds * 1000}});
-  spdlog::info("sandbox={} request={} created in {:.1f} ms (init pid {})", id, request_id,
-               seconds * 1000, ref->init_pid);
+  sandbox->log().add(
+      {{"event", "created"}, {"duration_ms", seconds * 1000}, {"warm_pool", pooled.has_value()}});
+  spdlog::info("sandbox={} request={} created in {:.1f} ms{} (init pid {})", spawned.id, request_id,
+               seconds * 1000, pooled ? " from the warm pool" : "", sandbox->live().ref().init_pid);
   std::lock_guard lock(mutex_);
-  sandboxes_[id] = sandbox;
+  sandboxes_[spawned.id] = sandbox;
   return sandbox;
 }
 
@@ -384,9 +443,131 @@ bool SandboxRegistry::destroy(const std::string& id, const std::string& reason) 
   }
   for (const auto& process : sandbox->processes()) process->wait_pumped(std::chrono::seconds(5));
   remove_dir(sandbox->dir());
+  if (on_destroyed_) on_destroyed_(id);
   sandbox->log().add({{"event", "destroyed"}, {"reason", reason}});
   spdlog::info("sandbox={} destroyed ({})", id, reason);
   return true;
+}
+
+bool SandboxRegistry::destroy_soon(const std::string& id, const std::string& reason) {
+  auto sandbox = find(id);
+  if (!sandbox) return false;
+  {
+    std::lock_guard lifecycle(sandbox->lifecycle_mutex());
+    if (find(id) != sandbox) return true;  // destroyed meanwhile by another request
+    // init's death takes every process of the sandbox with it (a frozen one too: the kernel
+    // delivers SIGKILL to frozen cgroup2 tasks; v1 ones are thawed by the supervisor's destroy).
+    pidfd_signal(sandbox->live().init_pidfd(), SIGKILL);
+    std::lock_guard lock(mutex_);
+    sandboxes_.erase(id);
+  }
+  {
+    std::lock_guard lock(teardown_mutex_);
+    teardowns_.emplace_back(sandbox, reason);
+    if (!teardown_thread_.joinable()) teardown_thread_ = std::thread([this] { teardown_loop(); });
+  }
+  teardown_wake_.notify_one();
+  return true;
+}
+
+void SandboxRegistry::finish_teardown(const std::shared_ptr<Sandbox>& sandbox,
+                                      const std::string& reason) {
+  if (sandbox->state() == SandboxState::kPaused) (void)sandbox->live().thaw();
+  if (auto destroyed = sandbox->live().destroy(); !destroyed) {
+    // The record stays: the next hutchd's recovery finds a dead sandbox and removes it.
+    spdlog::error("sandbox={} teardown failed: {}", sandbox->id(), destroyed.error().message());
+    return;
+  }
+  for (const auto& process : sandbox->processes()) process->wait_pumped(std::chrono::seconds(5));
+  remove_dir(sandbox->dir());
+  if (on_destroyed_) on_destroyed_(sandbox->id());
+  sandbox->log().add({{"event", "destroyed"}, {"reason", reason}});
+  spdlog::info("sandbox={} destroyed ({})", sandbox->id(), reason);
+}
+
+void SandboxRegistry::teardown_loop() {
+  std::unique_lock lock(teardown_mutex_);
+  for (;;) {
+    teardown_wake_.wait(lock, [this] { return teardown_stopping_ || !teardowns_.empty(); });
+    if (teardowns_.empty()) return;  // stopping, and nothing left to finish
+    auto [sandbox, reason] = std::move(teardowns_.front());
+    teardowns_.pop_front();
+    lock.unlock();
+    finish_teardown(sandbox, reason);
+    lock.lock();
+  }
+}
+
+SandboxRegistry::~SandboxRegistry() { drain_teardowns(); }
+
+void SandboxRegistry::drain_teardowns() {
+  {
+    std::lock_guard lock(teardown_mutex_);
+    teardown_stopping_ = true;
+  }
+  teardown_wake_.notify_all();
+  if (teardown_thread_.joinable()) teardown_thread_.join();
+}
+
+std::shared_ptr<Sandbox> SandboxRegistry::replace(const std::shared_ptr<Sandbox>& old,
+                                                  SandboxConfig config,
+                                                  const std::string& request_id) {
+  const std::string id = old->id();
+  const std::string& dir = old->dir();
+  std::lock_guard lifecycle(old->lifecycle_mutex());
+  if (find(id) != old) throw sandbox_not_found(id);  // destroyed meanwhile
+  // A frozen cgroup v1 task takes SIGKILL only once thawed.
+  if (old->state() == SandboxState::kPaused) (void)old->live().thaw();
+  if (auto destroyed = old->live().destroy(); !destroyed) {
+    spdlog::error("sandbox={} request={} rollback: destroy failed: {}", id, request_id,
+                  destroyed.error().message());
+    throw runtime_failure(destroyed.error());
+  }
+  for (const auto& process : old->processes()) process->wait_pumped(std::chrono::seconds(5));
+  auto forget = [&] {
+    {
+      std::lock_guard lock(mutex_);
+      sandboxes_.erase(id);
+    }
+    remove_dir(dir);
+    if (on_destroyed_) on_destroyed_(id);
+  };
+  // The old supervisor is gone; its socket files are stale names the new one binds again.
+  ::unlink((dir + "/exec.sock").c_str());
+  ::unlink((dir + "/supervisor.sock").c_str());
+  auto ref = zygote_.spawn(build_spec(config, state_dir_), dir + "/exec.sock",
+                           dir + "/supervisor.sock", dir + "/supervisor.log", kStartTimeout);
+  std::optional<LiveSandbox> live;
+  if (ref) {
+    if (auto connected = LiveSandbox::connect(*ref)) {
+      live = std::move(*connected);
+    } else {
+      ::kill(ref->supervisor_pid, SIGKILL);
+      ref = std::unexpected(connected.error());
+    }
+  }
+  if (!live) {
+    spdlog::error("sandbox={} request={} rollback: restart failed: {}", id, request_id,
+                  ref.error().message());
+    forget();
+    throw runtime_failure(ref.error());
+  }
+  auto sandbox =
+      std::make_shared<Sandbox>(id, std::move(config), old->created_at(), std::move(*live), dir);
+  sandbox->inherit_processes(*old);
+  try {
+    persist(*sandbox);
+  } catch (const ApiError&) {
+    (void)sandbox->live().destroy();
+    forget();
+    throw;
+  }
+  sandbox->log().add({{"event", "rolled_back"}, {"layers", sandbox->config().layer_digests}});
+  spdlog::info("sandbox={} request={} rolled back (init pid {})", id, request_id,
+               sandbox->live().ref().init_pid);
+  std::lock_guard lock(mutex_);
+  sandboxes_[id] = sandbox;
+  return sandbox;
 }
 
 void SandboxRegistry::pause(Sandbox& sandbox) {
@@ -432,6 +613,7 @@ void SandboxRegistry::reap() {
 }
 
 void SandboxRegistry::destroy_all() {
+  stop_pool();
   for (const auto& sandbox : list()) {
     try {
       destroy(sandbox->id(), "hutchd exiting with --destroy-on-exit");

@@ -5,17 +5,21 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/exec.h"
 #include "daemon/json_codec.h"
 #include "daemon/metrics.h"
+#include "daemon/warm_pool.h"
 #include "daemon/zygote.h"
 #include "runtime/files/sandbox_fs.h"
 #include "runtime/live_sandbox.h"
@@ -79,6 +83,8 @@ class Sandbox {
   files::Owner owner() const;
 
   void add_process(std::shared_ptr<BackgroundProcess> process);
+  // Takes over `from`'s background processes (a rollback's new sandbox reports the old one's).
+  void inherit_processes(Sandbox& from);
   std::shared_ptr<BackgroundProcess> process(pid_t pid) const;
   std::vector<std::shared_ptr<BackgroundProcess>> processes() const;
   bool has_running_process() const;
@@ -114,16 +120,27 @@ class SandboxRegistry {
  public:
   SandboxRegistry(std::string state_dir, const Zygote& zygote, Metrics& metrics)
       : state_dir_(std::move(state_dir)), zygote_(zygote), metrics_(metrics) {}
+  ~SandboxRegistry();  // finishes queued teardowns
 
   // <state>/sandboxes/<16-char id>/supervisor.sock must fit sockaddr_un (107 bytes + NUL).
   static size_t max_state_dir_length();
   std::string sandboxes_dir() const { return state_dir_ + "/sandboxes"; }
+  const std::string& state_dir() const { return state_dir_; }
 
   // At startup: re-adopts every live sandbox under the state dir and removes the rest.
   RecoveryReport recover();
   const RecoveryReport& recovered() const { return recovered_; }
 
-  // Creates a sandbox (throws ApiError: 500 runtime_error when the runtime fails).
+  // Warm pools (rootfs -> idle sandboxes kept), filled in the background from start_pool().
+  // `spawn_config` completes a pool's config before each spawn (resolves its recipe) and returns
+  // what must be held while the sandbox is made (the layer store's use lock).
+  using PoolConfigHook = std::function<std::shared_lock<std::shared_mutex>(SandboxConfig&)>;
+  void start_pool(std::map<std::string, size_t> sizes, PoolConfigHook spawn_config);
+  void stop_pool();
+  std::map<std::string, std::pair<size_t, size_t>> pool_status() const;
+
+  // Creates a sandbox, from a warm pool when one matches (throws ApiError: 500 runtime_error when
+  // the runtime fails).
   std::shared_ptr<Sandbox> create(const SandboxConfig& config, const std::string& request_id);
   std::shared_ptr<Sandbox> find(const std::string& id) const;
   // The sandbox, touched (activity); throws 404 sandbox_not_found.
@@ -133,9 +150,26 @@ class SandboxRegistry {
   // Destroys a sandbox: false when the id is unknown. Throws ApiError when the runtime fails
   // (the sandbox stays registered so that the destroy can be retried).
   bool destroy(const std::string& id, const std::string& reason);
+  // The same, but returns once every process of the sandbox is killed and it is gone from the
+  // registry; the supervisor's teardown (reaping, cgroups) and the dir's removal finish on a
+  // background thread. Still false for an unknown id.
+  bool destroy_soon(const std::string& id, const std::string& reason);
+  // Finishes every teardown destroy_soon queued (at exit).
+  void drain_teardowns();
   void pause(Sandbox& sandbox);
   void resume(Sandbox& sandbox);
   void persist(const Sandbox& sandbox) const;
+
+  // Rollback: destroys `old`'s live sandbox (its processes are killed and reported exited) and
+  // starts a new one from `config` with the same id, dir and creation time, which replaces it in
+  // the registry and its record. A paused sandbox comes back running. Throws ApiError; when the
+  // new sandbox cannot start, the id is gone (the old one was destroyed already).
+  std::shared_ptr<Sandbox> replace(const std::shared_ptr<Sandbox>& old, SandboxConfig config,
+                                   const std::string& request_id);
+  // Called with the id after every destroy (layer_routes.cc drops the sandbox's checkpoint tags).
+  void set_on_destroyed(std::function<void(const std::string&)> hook) {
+    on_destroyed_ = std::move(hook);
+  }
 
   // The reaper's pass: sandboxes idle past their TTL, past max lifetime, or whose init died.
   void reap();
@@ -146,6 +180,12 @@ class SandboxRegistry {
   std::string new_id() const;
   void remove_dir(const std::string& dir) const;
   bool recover_one(const std::string& id, const std::string& dir);
+  // A new live sandbox with its dir and its record ("creating" until registered, "pooled" for a
+  // warm pool's); throws ApiError.
+  SpawnedSandbox spawn(const SandboxConfig& config, const std::string& request_id, bool pooled);
+  void discard(SpawnedSandbox& spawned);
+  void finish_teardown(const std::shared_ptr<Sandbox>& sandbox, const std::string& reason);
+  void teardown_loop();
 
   std::string state_dir_;
   const Zygote& zygote_;
@@ -153,6 +193,14 @@ class SandboxRegistry {
   RecoveryReport recovered_;
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::function<void(const std::string&)> on_destroyed_;  // set before serving
+  std::unique_ptr<WarmPool> pool_;
+  // destroy_soon's queue: sandboxes whose processes are dead and whose teardown is pending.
+  std::mutex teardown_mutex_;
+  std::condition_variable teardown_wake_;
+  std::deque<std::pair<std::shared_ptr<Sandbox>, std::string>> teardowns_;
+  bool teardown_stopping_ = false;
+  std::thread teardown_thread_;
 };
 
 }  // namespace hutch::daemon

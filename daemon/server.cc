@@ -327,6 +327,7 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
   routes.post("/v1/sandboxes",
               [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
                 SandboxConfig config = parse_sandbox_config(parse_body(req));
+                auto layer_use = resolve_recipe(config, registry.state_dir());
                 if (config.rootfs != "host") {
                   struct stat st {};
                   if (::stat(config.rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -372,9 +373,23 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
   routes.get(one, [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
     send_json(res, 200, registry.get(sandbox_id(req))->to_json());
   });
+  // Answered once every process of the sandbox is dead; the rest of the teardown (cgroups,
+  // state dir) finishes in the background unless ?wait=true.
   routes.del(one, [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
-    registry.destroy(sandbox_id(req), "deleted by request " + call.request_id);
+    const std::string reason = "deleted by request " + call.request_id;
+    if (req.get_param_value("wait") == "true") {
+      registry.destroy(sandbox_id(req), reason);
+    } else {
+      registry.destroy_soon(sandbox_id(req), reason);
+    }
     res.status = 204;
+  });
+  routes.get("/v1/pools", [&registry](Call&, const httplib::Request&, httplib::Response& res) {
+    json pools = json::array();
+    for (const auto& [rootfs, status] : registry.pool_status()) {
+      pools.push_back({{"rootfs", rootfs}, {"size", status.first}, {"idle", status.second}});
+    }
+    send_json(res, 200, {{"pools", pools}});
   });
   routes.post(one + "/pause",
               [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
@@ -405,6 +420,7 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
   add_lifecycle_routes(routes_, context_);
   add_exec_routes(routes_, context_);
   add_file_routes(routes_, context_);
+  add_layer_routes(routes_, context_);
 }
 
 Daemon::~Daemon() = default;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,6 +89,14 @@ std::string sandbox_id(const httplib::Request& req);  // the first route group
 void add_lifecycle_routes(Routes& routes, DaemonContext& context);
 void add_exec_routes(Routes& routes, DaemonContext& context);
 void add_file_routes(Routes& routes, DaemonContext& context);
+// Recipes, snapshots, forks, checkpoints, layer gc (layer_routes.cc); also sets the registry's
+// destroy hook that drops a sandbox's checkpoint tags.
+void add_layer_routes(Routes& routes, DaemonContext& context);
+// Resolves config.recipe (when set) in the layer store under `state_dir` into its layer stack
+// (throws 404 recipe_not_found, 409 too_many_layers). Hold the returned lock until the sandbox
+// runs: layer gc waits for it.
+std::shared_lock<std::shared_mutex> resolve_recipe(SandboxConfig& config,
+                                                   const std::string& state_dir);
 
 // httplib::Server with its listening backlog raised: httplib listens with a backlog of 5, so a
 // burst of new unix-socket connections gets EAGAIN (refused) instead of waiting to be accepted.

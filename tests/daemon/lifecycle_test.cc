@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -41,7 +42,68 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
   EXPECT_EQ(gone.status, 404);
   EXPECT_EQ(error_code(gone), "sandbox_not_found");
   EXPECT_EQ(daemon_->get("/v1/sandboxes").body["sandboxes"].size(), 1u);
-  EXPECT_FALSE(std::filesystem::exists(daemon_->state_dir() + "/sandboxes/" + a));
+  // DELETE answers once the sandbox's processes are dead; its dir goes with the background
+  // teardown, within moments.
+  const std::string dir = daemon_->state_dir() + "/sandboxes/" + a;
+  for (int i = 0; i < 500 && std::filesystem::exists(dir); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(WarmPoolTest, CreatesComeFromThePoolWhichRefillsAndNeverOutlivesHutchd) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  Hutchd daemon(temp.path(), {"--warm-pool", "host=2"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto idle = [&] {
+    auto pools = daemon.get("/v1/pools");
+    return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
+  };
+  for (int i = 0; i < 1000 && idle() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(idle(), 2) << daemon.log();
+
+  auto created =
+      daemon.post("/v1/sandboxes", {{"labels", {{"from", "pool"}}}, {"env", {{"X", "1"}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  EXPECT_EQ(created.body["labels"]["from"], "pool");
+  auto logs = daemon.client()->Get("/v1/sandboxes/" + id + "/logs");
+  ASSERT_TRUE(logs);
+  EXPECT_NE(logs->body.find("\"warm_pool\":true"), std::string::npos) << logs->body;
+  auto ran =
+      daemon.post("/v1/sandboxes/" + id + "/exec", {{"command", "echo $X; cat /etc/hostname"}});
+  EXPECT_EQ(ran.body["stdout"], "1\nhutch\n") << ran.raw;
+  // A create the pool cannot serve (its own limits) is built fresh, and works as well.
+  auto limited = daemon.post("/v1/sandboxes", {{"limits", {{"pids", 64}}}});
+  ASSERT_EQ(limited.status, 201) << limited.raw;
+  auto limited_logs =
+      daemon.client()->Get("/v1/sandboxes/" + limited.body["id"].get<std::string>() + "/logs");
+  EXPECT_NE(limited_logs->body.find("\"warm_pool\":false"), std::string::npos);
+
+  for (int i = 0; i < 1000 && idle() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(idle(), 2) << "the pool refills";
+
+  // Without --destroy-on-exit hutchd leaves user sandboxes running, but never idle pool ones.
+  std::vector<std::string> pool_dirs;
+  for (const auto& entry : std::filesystem::directory_iterator(daemon.state_dir() + "/sandboxes")) {
+    const std::string name = entry.path().filename();
+    if (name != id && name != limited.body["id"]) pool_dirs.push_back(entry.path());
+  }
+  EXPECT_EQ(pool_dirs.size(), 2u);
+  EXPECT_EQ(daemon.stop(SIGTERM), 0);
+  for (const std::string& dir : pool_dirs) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+
+  // The next hutchd adopts the two user sandboxes; destroy them for a clean host.
+  Hutchd again(temp.path());
+  ASSERT_TRUE(again.start()) << again.log();
+  EXPECT_EQ(again.get("/v1/health").body["recovered"]["adopted"], 2);
+  EXPECT_EQ(again.del("/v1/sandboxes/" + id + "?wait=true").status, 204);
+  EXPECT_EQ(
+      again.del("/v1/sandboxes/" + limited.body["id"].get<std::string>() + "?wait=true").status,
+      204);
 }
 
 TEST_F(DaemonTest, CreateRejectsBadConfig) {

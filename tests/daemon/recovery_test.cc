@@ -95,7 +95,8 @@ class RecoveryTest : public ::testing::Test {
     ASSERT_TRUE(file);
     EXPECT_EQ(file->body, "kept\n");
 
-    EXPECT_EQ(daemon_->del("/v1/sandboxes/" + id).status, 204);
+    // ?wait=true: answered once the teardown is complete, so the host can be checked at once.
+    EXPECT_EQ(daemon_->del("/v1/sandboxes/" + id + "?wait=true").status, 204);
     EXPECT_FALSE(process_running(supervisor));
     EXPECT_FALSE(process_running(init_pid));
     for (const std::string& dir : cgroups) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
