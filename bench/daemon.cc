@@ -1,6 +1,7 @@
 // daemon: latency and throughput of hutchd, with per-command peers measured in the same run.
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
+//          [--warm-pool] [--lifecycle-only]
 //
 // Prints p50/p95 (ms) of:
 //   create->exec->delete  POST /v1/sandboxes, POST …/exec {argv:[true]}, DELETE, back to back;
@@ -8,6 +9,9 @@
 //   each --peer           a whole command per run (e.g. bwrap … /bin/true), interleaved with the
 //                         exec round trips so both see the same machine noise;
 // then execs/s with N concurrent clients (each on its own sandbox) for S seconds.
+// --warm-pool: hutchd runs with a warm pool; before each lifecycle run (untimed) the bench waits
+// until the pool is full again, so each create is served from it. --lifecycle-only: skip the
+// exec and throughput parts.
 // bench/daemon.sh starts hutchd and the peers and runs this.
 
 #include <httplib.h>
@@ -101,6 +105,22 @@ void run_peer(Peer& peer) {
   peer.samples.push_back(ms_since(start));
 }
 
+// Waits until every warm pool of hutchd is full (its refill is not part of a create's latency).
+void wait_for_full_pools(httplib::Client& c) {
+  for (int i = 0; i < 2000; ++i) {
+    auto r = c.Get("/v1/pools");
+    if (!r || r->status != 200) die("GET /v1/pools failed");
+    bool full = true;
+    const nlohmann::json status = nlohmann::json::parse(r->body);
+    for (const auto& pool : status.at("pools")) {
+      if (pool.at("idle") != pool.at("size")) full = false;
+    }
+    if (full) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  die("the warm pool did not refill in 10 s");
+}
+
 void print_row(const std::string& name, const Figures& f) {
   std::printf("  %-24s p50 %8.3f ms   p95 %8.3f ms\n", name.c_str(), f.p50, f.p95);
 }
@@ -113,6 +133,8 @@ int main(int argc, char** argv) {
   int seconds = 5;
   std::vector<int> client_counts = {1, 2, 4, 8};
   std::vector<Peer> peers;
+  bool warm_pool = false;
+  bool lifecycle_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -129,6 +151,10 @@ int main(int argc, char** argv) {
       client_counts.clear();
       std::stringstream list(value());
       for (std::string n; std::getline(list, n, ',');) client_counts.push_back(std::stoi(n));
+    } else if (arg == "--warm-pool") {
+      warm_pool = true;
+    } else if (arg == "--lifecycle-only") {
+      lifecycle_only = true;
     } else if (arg == "--peer") {
       std::string spec = value();
       size_t eq = spec.find('=');
@@ -151,16 +177,24 @@ int main(int argc, char** argv) {
     delete_sandbox(c, id);
   }
 
-  std::vector<double> lifecycle, create_only, exec_rtt;
+  std::vector<double> lifecycle, create_only, create_exec, exec_rtt;
   const int lifecycle_runs = std::max(10, runs / 4);
   for (int i = 0; i < lifecycle_runs; ++i) {
+    if (warm_pool) wait_for_full_pools(c);
     auto start = Clock::now();
     std::string id = create_sandbox(c);
     create_only.push_back(ms_since(start));
     exec_true(c, id);
+    create_exec.push_back(ms_since(start));
     delete_sandbox(c, id);
     lifecycle.push_back(ms_since(start));
   }
+  const char* mode = warm_pool ? "from a warm pool" : "no warm pool";
+  std::printf("hutchd create (%d runs, %s)\n", lifecycle_runs, mode);
+  print_row("create", figures(create_only));
+  print_row("create->first exec", figures(create_exec));
+  print_row("create->exec->delete", figures(lifecycle));
+  if (lifecycle_only) return 0;
 
   std::string warm = create_sandbox(c);
   for (int i = 0; i < 10; ++i) exec_true(c, warm);
@@ -172,10 +206,8 @@ int main(int argc, char** argv) {
   }
   delete_sandbox(c, warm);
 
-  std::printf("hutchd latency (%d lifecycle runs, %d exec runs)\n", lifecycle_runs, runs);
-  const Figures lifecycle_f = figures(lifecycle), exec_f = figures(exec_rtt);
-  print_row("create", figures(create_only));
-  print_row("create->exec->delete", lifecycle_f);
+  std::printf("hutchd exec (%d runs on one warm sandbox)\n", runs);
+  const Figures exec_f = figures(exec_rtt);
   print_row("exec round trip", exec_f);
   for (const Peer& peer : peers) {
     const Figures f = figures(peer.samples);

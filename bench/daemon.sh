@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # hutchd latency and throughput, with per-command peers (bubblewrap, `hutch run`, fork/exec) in the
-# same run. Usage: bench/daemon.sh [--runs N] [--seconds S] [--clients 1,2,4,8]
+# same run; create latency with and without a warm pool.
+# Usage: bench/daemon.sh [--runs N] [--seconds S] [--clients 1,2,4,8]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,11 +20,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$build_dir/daemon/hutchd" --socket "$tmp/hutchd.sock" --state-dir "$tmp/state" \
-  --destroy-on-exit 2>"$tmp/hutchd.log" &
-daemon=$!
-for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
-[[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
+start_daemon() {
+  rm -f "$tmp/hutchd.sock"
+  "$build_dir/daemon/hutchd" --socket "$tmp/hutchd.sock" --state-dir "$tmp/state" \
+    --destroy-on-exit "$@" 2>"$tmp/hutchd.log" &
+  daemon=$!
+  for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
+  [[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
+}
+stop_daemon() {
+  kill -TERM "$daemon" && wait "$daemon"
+  daemon=
+}
 
 peers=(--peer "fork-exec=/bin/true")
 peers+=(--peer "hutch-run=$(realpath "$build_dir/hutch") run --no-limits -- /bin/true")
@@ -32,4 +40,9 @@ if command -v bwrap >/dev/null; then
 else
   echo "bwrap: not installed, skipped (scripts/setup.sh installs it)"
 fi
+# A warm pool first (create served from idle sandboxes made ahead), then none.
+start_daemon --warm-pool host=4
+"$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" --warm-pool --lifecycle-only "$@"
+stop_daemon
+start_daemon
 "$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" "${peers[@]}" "$@"

@@ -1,6 +1,7 @@
 #include "daemon/sandbox_registry.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
@@ -48,8 +49,10 @@ LiveSandboxRef ref_from_json(const json& j) {
   return ref;
 }
 
-// tmp + fsync + rename + fsync(dir): a reader (or a restarted hutchd) sees the old record or the
-// new one, never a torn one.
+// tmp + rename: a reader (or a restarted hutchd, after a crash or kill -9) sees the old record or
+// the new one, never a torn one. No fsync: a record outlives hutchd in the page cache, and nothing
+// it describes survives a reboot (the sandbox's processes die with the host), so durability
+// across power loss would buy nothing and cost a millisecond per create.
 void write_atomically(const std::string& dir, const std::string& name, const std::string& text) {
   std::string tmp = dir + "/." + name + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -65,20 +68,10 @@ void write_atomically(const std::string& dir, const std::string& name, const std
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    Error error = sys_error("fsync", tmp).error();
-    ::close(fd);
-    throw runtime_failure(error);
-  }
   ::close(fd);
   std::string final_path = dir + "/" + name;
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
     throw runtime_failure(sys_error("rename", tmp + " to " + final_path).error());
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
 }
 
 // The pid listening on a unix socket (SO_PEERCRED), 0 when nobody does.
@@ -339,6 +332,19 @@ SpawnedSandbox SandboxRegistry::spawn(const SandboxConfig& config, const std::st
     throw runtime_failure(live.error());
   }
   if (pooled) {
+    // One exec ahead of time: the fresh overlay's lookups of the usual binaries and init's first
+    // fork are paid here, not by the client's first exec.
+    ExecRequest warm_up;
+    warm_up.argv = {"true"};
+    warm_up.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+    if (auto process = live->exec(warm_up)) {
+      for (int i = 0; i < 1000; ++i) {
+        auto exit = process->poll_exit();
+        if (!exit || *exit) break;
+        pollfd ready{process->fd(), POLLIN, 0};
+        ::poll(&ready, 1, 10);
+      }
+    }
     // Recovery destroys pooled sandboxes: nobody has seen them.
     write_atomically(
         dir, kRecord,

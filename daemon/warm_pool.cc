@@ -3,6 +3,11 @@
 #include <spdlog/spdlog.h>
 
 namespace hutch::daemon {
+namespace {
+
+constexpr auto kRefillDelay = std::chrono::milliseconds(20);
+
+}  // namespace
 
 WarmPool::WarmPool(std::map<std::string, size_t> sizes, Spawn spawn, Discard discard)
     : sizes_(std::move(sizes)), spawn_(std::move(spawn)), discard_(std::move(discard)) {}
@@ -57,6 +62,8 @@ std::optional<SpawnedSandbox> WarmPool::take(const SandboxConfig& config) {
       if (candidate.live.alive() && candidate.layer_digests == config.layer_digests) {
         taken.emplace(std::move(candidate));
       } else {
+        spdlog::info("warm pool {}: dropping idle sandbox {} ({})", key(config), candidate.id,
+                     candidate.live.alive() ? "built from an older recipe" : "its init died");
         unusable.push_back(std::move(candidate));
       }
     }
@@ -87,6 +94,10 @@ void WarmPool::refill() {
       wake_.wait(lock);
       continue;
     }
+    // A moment's delay: the client that just took a sandbox is about to use it, and a refill
+    // competes with its first exec for the CPU (a sandbox build costs a few ms of it).
+    wake_.wait_for(lock, kRefillDelay, [this] { return stopping_; });
+    if (stopping_) break;
     SandboxConfig config;
     if (short_pool->starts_with("recipe:")) {
       config.recipe = short_pool->substr(7);
