@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/json_codec.h"
+#include "runtime/process/sync.h"
 #include "seccomp/default_program.h"
 
 namespace hutch::daemon {
@@ -170,24 +171,9 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return sys_error("pipe2", "ready pipe");
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
 
-  iovec iov{message.data(), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  int fd = write_end.get();
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ssize_t sent;
-  do {
-    sent = sendmsg(socket_.get(), &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
-  if (sent < 0) return sys_error("sendmsg", "zygote");
+  const int fd = write_end.get();
+  if (int err = send_with_fds(socket_.get(), message.data(), message.size(), &fd, 1))
+    return sys_error("sendmsg", "zygote", err);
   write_end.reset();  // the zygote and the supervisor hold the only write ends now: EOF = gone
 
   std::vector<std::string> lines;

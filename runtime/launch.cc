@@ -18,6 +18,7 @@
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/ns/userns.h"
+#include "runtime/process/exec_search.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/process/sync.h"
 #include "runtime/security/caps.h"
@@ -200,17 +201,11 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   if (!mounts) return std::unexpected(mounts.error());
   out.mounts = std::move(*mounts);
 
-  std::string path_var = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  std::string_view path_var = kDefaultSearchPath;
   for (const std::string& kv : spec.env) {
-    if (kv.starts_with("PATH=")) path_var = kv.substr(5);
+    if (kv.starts_with("PATH=")) path_var = std::string_view(kv).substr(5);
   }
-  for (size_t start = 0; start <= path_var.size();) {
-    size_t end = path_var.find(':', start);
-    if (end == std::string::npos) end = path_var.size();
-    std::string dir = path_var.substr(start, end - start);
-    out.path_dirs.push_back(dir.empty() ? "." : dir);
-    start = end + 1;
-  }
+  out.path_dirs = split_search_path(path_var);
 
   ChildPlan& child = out.child;
   child.mounts = &out.mounts;
@@ -227,6 +222,7 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   for (std::string& kv : spec.env) child.envp.push_back(kv.data());
   child.envp.push_back(nullptr);
   for (const std::string& dir : out.path_dirs) child.path_dirs.push_back(dir.c_str());
+  child.path_dirs.push_back(nullptr);
   return {};
 }
 

@@ -410,21 +410,8 @@ Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   // Past the default socket buffer (~208 KiB) so a 1 MiB request fits in one message; root only.
   int buffer_size = static_cast<int>(kMaxExecRequestBytes) + 4096;
   setsockopt(conn->get(), SOL_SOCKET, SO_SNDBUFFORCE, &buffer_size, sizeof buffer_size);
-  iovec iov{message.data(), message.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof stdio)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof stdio);
-  std::memcpy(CMSG_DATA(cmsg), stdio, sizeof stdio);
-  while (sendmsg(conn->get(), &msg, MSG_NOSIGNAL) < 0) {
-    if (errno != EINTR) return sys_error("sendmsg", "exec request to " + ref_.exec_socket);
-  }
+  if (int err = send_with_fds(conn->get(), message.data(), message.size(), stdio, 3))
+    return sys_error("sendmsg", "exec request to " + ref_.exec_socket, err);
 
   pollfd started{conn->get(), POLLIN, 0};
   int ready;

@@ -19,6 +19,7 @@
 #include "runtime/fs/mount_exec.h"
 #include "runtime/ns/net.h"
 #include "runtime/ns/userns.h"
+#include "runtime/process/exec_search.h"
 #include "runtime/process/exec_server.h"
 #include "runtime/process/init.h"
 #include "runtime/process/sync.h"
@@ -45,29 +46,10 @@ namespace {
   die(sync_fd, from, error, status);
 }
 
-// execvpe that searches the sandbox's PATH (glibc's would search hutch's own).
 [[noreturn]] void exec_workload(const ChildPlan& plan) {
   const char* file = plan.argv[0];
-  int exec_errno = ENOENT;
-  if (std::strchr(file, '/') != nullptr) {
-    execve(file, plan.argv.data(), plan.envp.data());
-    exec_errno = errno;
-  } else {
-    bool saw_eacces = false;
-    for (const char* dir : plan.path_dirs) {
-      char path[PATH_MAX] = "";
-      append_cstr(path, sizeof path, dir);
-      append_cstr(path, sizeof path, "/");
-      append_cstr(path, sizeof path, file);
-      execve(path, plan.argv.data(), plan.envp.data());
-      if (errno == EACCES) saw_eacces = true;
-      if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
-        exec_errno = errno;
-        break;
-      }
-    }
-    if (exec_errno == ENOENT && saw_eacces) exec_errno = EACCES;
-  }
+  const int exec_errno =
+      exec_in_path(file, plan.argv.data(), plan.envp.data(), plan.path_dirs.data());
   // A shell's convention: 127 for "not found", 126 for "found but cannot run".
   die_step(plan.sync_fd, SyncMessage::From::kWorkload, "execve", file, exec_errno,
            exec_errno == ENOENT || exec_errno == ENOTDIR ? 127 : 126);

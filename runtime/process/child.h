@@ -28,7 +28,7 @@ struct ChildPlan {
   uint64_t capabilities = 0;           // SandboxSpec::capabilities
   std::vector<char*> argv;             // null-terminated
   std::vector<char*> envp;             // null-terminated
-  std::vector<const char*> path_dirs;  // from the sandbox's PATH, for a bare command name
+  std::vector<const char*> path_dirs;  // from the sandbox's PATH, null-terminated
 };
 
 // Runs as the new namespaces' first process (pid 1 of the sandbox): waits for the parent's go,

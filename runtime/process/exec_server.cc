@@ -20,6 +20,7 @@
 
 #include "runtime/process/child_error.h"
 #include "runtime/process/exec_protocol.h"
+#include "runtime/process/exec_search.h"
 #include "runtime/process/proc_stat.h"
 #include "runtime/process/sync.h"
 
@@ -40,6 +41,7 @@ struct Command {
   std::vector<char*> envp;  // null-terminated
   const char* workdir = "/";
   std::vector<std::string> path_dirs;
+  std::vector<const char*> path_dir_ptrs;  // null-terminated, into path_dirs
   bool survive_disconnect = false;
   int stdio[3] = {-1, -1, -1};
 };
@@ -95,17 +97,13 @@ bool receive_command(int conn, Command& command) {
   command.argv.push_back(nullptr);
   command.envp.push_back(nullptr);
 
-  std::string path_var = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  std::string_view path_var = kDefaultSearchPath;
   for (char* kv : command.envp) {
     if (kv != nullptr && std::strncmp(kv, "PATH=", 5) == 0) path_var = kv + 5;
   }
-  for (size_t start = 0; start <= path_var.size();) {
-    size_t stop = path_var.find(':', start);
-    if (stop == std::string::npos) stop = path_var.size();
-    std::string dir = path_var.substr(start, stop - start);
-    command.path_dirs.push_back(dir.empty() ? "." : dir);
-    start = stop + 1;
-  }
+  command.path_dirs = split_search_path(path_var);
+  for (const std::string& dir : command.path_dirs) command.path_dir_ptrs.push_back(dir.c_str());
+  command.path_dir_ptrs.push_back(nullptr);
   return true;
 }
 
@@ -140,27 +138,10 @@ bool receive_command(int conn, Command& command) {
   // Nothing of the runtime's reaches the command: the connection and the report pipe included.
   close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   const char* file = command.argv[0];
-  int exec_errno = ENOENT;
-  if (std::strchr(file, '/') != nullptr) {
-    execve(file, command.argv.data(), command.envp.data());
-    exec_errno = errno;
-  } else {
-    bool saw_eacces = false;
-    for (const std::string& dir : command.path_dirs) {
-      char path[PATH_MAX] = "";
-      append_cstr(path, sizeof path, dir.c_str());
-      append_cstr(path, sizeof path, "/");
-      append_cstr(path, sizeof path, file);
-      execve(path, command.argv.data(), command.envp.data());
-      if (errno == EACCES) saw_eacces = true;
-      if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
-        exec_errno = errno;
-        break;
-      }
-    }
-    if (exec_errno == ENOENT && saw_eacces) exec_errno = EACCES;
-  }
-  fail_start(report_fd, "execve", exec_errno, file);
+  fail_start(
+      report_fd, "execve",
+      exec_in_path(file, command.argv.data(), command.envp.data(), command.path_dir_ptrs.data()),
+      file);
 }
 
 // The shim's children, from /proc (mounted for the sandbox's pid namespace).

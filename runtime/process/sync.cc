@@ -9,7 +9,12 @@
 namespace hutch {
 
 int send_sync(int sock, const SyncMessage& message, const int* fds, int fd_count) {
-  iovec iov{const_cast<SyncMessage*>(&message), sizeof message};
+  return send_with_fds(sock, &message, sizeof message, fds, fd_count);
+}
+
+int send_with_fds(int sock, const void* data, size_t size, const int* fds, int fd_count) {
+  if (fd_count > kMaxPassedFds) return EINVAL;
+  iovec iov{const_cast<void*>(data), size};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;

@@ -1,6 +1,7 @@
 // Typed messages between the parent and the sandbox over a SOCK_SEQPACKET socketpair.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "runtime/process/child_error.h"
@@ -25,6 +26,10 @@ struct SyncMessage {
 };
 
 constexpr int kMaxPassedFds = 8;
+
+// One message of `size` bytes with `fd_count` fds (SCM_RIGHTS) on a SOCK_SEQPACKET socket;
+// retried on EINTR. Returns 0 or errno. Async-signal-safe.
+int send_with_fds(int sock, const void* data, size_t size, const int* fds, int fd_count);
 
 // Both async-signal-safe. send_sync returns 0 or errno; recv_sync returns the byte count
 // (0 at EOF) or -errno (-EAGAIN when nonblocking and nothing is queued), and stores up to *fd_count
