@@ -87,7 +87,7 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
     if (arg.find('\0') != std::string::npos) return plain_error("command", "argument contains NUL");
   }
   spec.layers = options.layers;
-  if (options.rootfs.starts_with("recipe:")) {
+  if (options.rootfs.starts_with("recipe:") || options.rootfs.starts_with("image:")) {
     // Only recipes need the layer store: a plain run never opens the state dir.
     auto store = layers::LayerStore::open(state_dir);
     if (!store) return std::unexpected(store.error());
@@ -409,19 +409,28 @@ int layers_gc(const std::string& state_dir) {
 constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
                                              "rm",     "pause", "resume",  "logs"};
 
+// `hutch image ...`, also after a leading `--state-dir DIR`, which hutch-image takes as well.
+bool is_image_verb(int argc, char** argv) {
+  int verb = 1;
+  if (argc > 2 && std::string_view(argv[1]) == "--state-dir") verb = 3;
+  if (argc > 1 && std::string_view(argv[1]).starts_with("--state-dir=")) verb = 2;
+  return argc > verb && std::string_view(argv[verb]) == "image";
+}
+
 bool is_client_verb(const char* arg) {
   return std::ranges::find(kClientVerbs, std::string_view(arg)) != std::end(kClientVerbs);
 }
 
-// Replaces this process with hutch-client (same argv); returns only on failure.
-int exec_client(char** argv) {
+// Replaces this process with the companion executable `name` installed next to this binary
+// (same argv); returns only on failure. `serves` says what it is for, in the error.
+int exec_companion(char** argv, std::string_view name, std::string_view serves) {
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n < 0) return fail(sys_error("readlink", "/proc/self/exe").error());
   std::string path(self, static_cast<size_t>(n));
-  path = path.substr(0, path.rfind('/') + 1) + "hutch-client";
+  path = path.substr(0, path.rfind('/') + 1) + std::string(name);
   ::execv(path.c_str(), argv);
-  return fail(sys_error("execv", path + " (it serves hutch's hutchd verbs)").error());
+  return fail(sys_error("execv", path + " (it serves " + std::string(serves) + ")").error());
 }
 
 int info(bool json) {
@@ -446,13 +455,20 @@ int info(bool json) {
 
 int main(int argc, char** argv) {
   using namespace hutch::cli;
-  if (argc > 1 && is_client_verb(argv[1])) return exec_client(argv);
+  if (argc > 1 && is_client_verb(argv[1]))
+    return exec_companion(argv, "hutch-client", "hutch's hutchd verbs");
+  // `hutch image ...` is served by hutch-image: it links libarchive, whose static dependencies
+  // (compression libraries) are not all available as archives.
+  if (is_image_verb(argc, argv)) return exec_companion(argv, "hutch-image", "hutch image");
   CLI::App app{"hutch: lightweight Linux sandboxes from namespaces, overlayfs and seccomp"};
   app.footer(
       "Verbs served by hutchd (see hutch VERB --help): create, ls, inspect, exec, cp, rm, pause,\n"
       "resume, logs. They find it at --socket PATH ($HUTCH_SOCKET, default\n"
       "/run/hutch/hutchd.sock) or --url http://HOST:PORT with --token-file; they exit 125 when\n"
-      "hutchd answers an error or cannot be reached (exec: the command's own status).");
+      "hutchd answers an error or cannot be reached (exec: the command's own status).\n"
+      "hutch image export|load|import (see hutch image --help): move layers between machines as\n"
+      "tar streams, import rootfs/OCI/docker images as --rootfs image:NAME (served by "
+      "hutch-image).");
   app.require_subcommand(1);
   std::string state_dir = "/var/lib/hutch";
   if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
@@ -464,7 +480,7 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd =
       app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
   run_cmd->add_option("--rootfs", options.rootfs,
-                      "\"host\" (embedded default), a rootfs directory, or recipe:NAME");
+                      "\"host\" (embedded default), a rootfs directory, recipe:NAME or image:NAME");
   run_cmd
       ->add_option("--layer", options.layers,
                    "Read-only layer DIR above the rootfs, topmost first (repeatable): a captured "
@@ -523,7 +539,8 @@ int main(int argc, char** argv) {
       ->required();
   build_cmd->add_option("--name", recipe.name, "Tag of the result (default: the dir's name)");
   build_cmd->add_option("--base", recipe.base,
-                        "host (default), a rootfs directory or recipe:NAME; overrides recipe.json");
+                        "host (default), a rootfs directory, recipe:NAME or image:NAME; overrides "
+                        "recipe.json");
   build_cmd
       ->add_option("--env", recipe.env,
                    "K=V for setup.sh only (repeatable): never stored in the layer")

@@ -40,9 +40,8 @@ std::optional<Clock::time_point> exec_deadline(const ExecOptions& options, const
 }
 
 std::optional<uint64_t> oom_kills(const Sandbox& sandbox) {
-  auto stats = sandbox.live().stats();
-  if (!stats) return std::nullopt;
-  return stats->oom_kills;
+  auto count = sandbox.live().oom_kills();
+  return count ? *count : std::nullopt;
 }
 
 json status_json(const ProcessStatus& status) {

@@ -164,6 +164,11 @@ std::string answer(std::optional<SandboxCgroup>& cgroup, const std::string& requ
     auto r = cgroup->stats();
     return r ? format_stats(*r) : "error " + r.error().message();
   }
+  if (request == "oom_kills") {
+    auto r = cgroup->oom_kills();
+    if (!r) return "error " + r.error().message();
+    return *r ? "ok oom_kills=" + std::to_string(**r) : "ok";
+  }
   return "error unknown request " + request;
 }
 
@@ -505,6 +510,12 @@ Result<SnapshotStats> LiveSandbox::snapshot(const std::string& dest_dir) const {
     if (word.starts_with("bytes=")) stats.bytes = std::strtoull(word.c_str() + 6, nullptr, 10);
   }
   return stats;
+}
+
+Result<std::optional<uint64_t>> LiveSandbox::oom_kills() const {
+  auto r = supervisor_request("oom_kills");
+  if (!r) return std::unexpected(r.error());
+  return parse_stats(*r).oom_kills;
 }
 
 Result<CgroupStats> LiveSandbox::stats() const {

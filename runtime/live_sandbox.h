@@ -119,6 +119,8 @@ class LiveSandbox {
   Result<void> freeze() const;
   Result<void> thaw() const;
   Result<CgroupStats> stats() const;
+  // The sandbox's OOM kill count alone: cheaper than stats(), for hutchd's per-exec oom_killed.
+  Result<std::optional<uint64_t>> oom_kills() const;
   // Kills every process, removes mounts and cgroups, and waits until the supervisor has exited.
   // Idempotent; succeeds when the sandbox is already gone.
   Result<void> destroy() const;

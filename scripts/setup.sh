@@ -3,7 +3,8 @@
 # python3 and busybox-static: tests run them inside sandboxes; qemu-system-x86 and cpio: the
 # pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
 # libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
-# each layer's image (runtime/fs/erofs.h).
+# each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
+# streams (layer export/load, OCI and docker image import) with gzip/zstd.
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
-  libcli11-dev libssl-dev erofs-utils
+  libcli11-dev libssl-dev erofs-utils libarchive-dev
   python3 busybox-static debootstrap
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux

@@ -229,6 +229,16 @@ Result<CgroupStats> SandboxCgroup::stats() {
   return stats;
 }
 
+Result<std::optional<uint64_t>> SandboxCgroup::oom_kills() const {
+  const Dir* dir = with_controller("memory");
+  if (dir == nullptr) return std::optional<uint64_t>{};
+  const bool v2 = dir->hierarchy.version == CgroupVersion::kV2;
+  Result<std::string> text =
+      read_cgroup_file(dir->self, v2 ? "memory.events" : "memory.oom_control");
+  if (!text) return std::unexpected(text.error());
+  return std::optional<uint64_t>(find_cgroup_key(*text, "oom_kill"));
+}
+
 Result<void> SandboxCgroup::destroy() {
   if (dirs_.empty()) return {};
   // Kill first: a populated cgroup cannot be removed.

@@ -58,6 +58,9 @@ class SandboxCgroup {
 
   // Read before destroy(): the numbers go away with the cgroups.
   Result<CgroupStats> stats();
+  // Only the OOM kill count (one file: cheap enough to read around every exec); empty when the
+  // host cannot tell.
+  Result<std::optional<uint64_t>> oom_kills() const;
 
   // kill_all, then rmdir every dir this object created (sub-cgroups first; EBUSY retried for a
   // few hundred ms; ENOENT is success). Idempotent: a second call, or one after a partial failure,

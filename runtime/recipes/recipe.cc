@@ -23,6 +23,7 @@ namespace hutch::recipes {
 namespace {
 
 constexpr std::string_view kRecipePrefix = "recipe:";
+constexpr std::string_view kImagePrefix = "image:";
 constexpr const char* kRecipeMount = "/tmp/recipe";
 
 // Removes a bake's scratch dir however bake() ends (after adopt_tree() it is already gone).
@@ -61,10 +62,22 @@ Result<ResolvedRootfs> resolve_rootfs(const layers::LayerStore& store, std::stri
     resolved.base = "host";
     return resolved;
   }
+  if (rootfs.starts_with(kImagePrefix)) {
+    // An imported base (hutch image import): a plain rootfs directory kept in the state dir.
+    const std::string name(rootfs.substr(kImagePrefix.size()));
+    if (auto valid = layers::validate_name(name); !valid) return std::unexpected(valid.error());
+    resolved.base = store.state_dir() + "/images/" + name + "/rootfs";
+    struct stat dir;
+    if (::stat(resolved.base.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode))
+      return plain_error("rootfs", "no image named " + name + " (hutch image import)");
+    resolved.lower_dirs = {resolved.base};
+    return resolved;
+  }
   if (!rootfs.starts_with(kRecipePrefix)) {
     if (!rootfs.starts_with("/")) {
       return plain_error("rootfs", "\"" + std::string(rootfs) +
-                                       "\" is not host, an absolute directory or recipe:NAME");
+                                       "\" is not host, an absolute directory, recipe:NAME or "
+                                       "image:NAME");
     }
     resolved.base = std::string(rootfs);
     resolved.lower_dirs = {resolved.base};

@@ -20,7 +20,8 @@ struct ResolvedRootfs {
   std::string base;                     // "host" or the base rootfs directory
 };
 
-// "host", an absolute rootfs directory, or "recipe:NAME" (a tag of the store).
+// "host", an absolute rootfs directory, "recipe:NAME" (a tag of the store) or "image:NAME" (a
+// rootfs imported to <state_dir>/images/NAME/rootfs by `hutch image import`).
 Result<ResolvedRootfs> resolve_rootfs(const layers::LayerStore& store, std::string_view rootfs);
 
 struct BakeRequest {

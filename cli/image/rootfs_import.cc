@@ -1,0 +1,228 @@
+#include "cli/image/rootfs_import.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "cli/image/scratch.h"
+#include "cli/image/tar_tree.h"
+#include "runtime/layers/names.h"
+#include "runtime/layers/sha256.h"
+#include "runtime/layers/tree_copy.h"
+#include "runtime/layers/tree_io.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch::image {
+namespace {
+
+struct ReadDeleter {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+using ReadArchive = std::unique_ptr<archive, ReadDeleter>;
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+
+Result<ReadArchive> open_tar(const std::string& path) {
+  ReadArchive in(archive_read_new());
+  archive_read_support_filter_all(in.get());
+  archive_read_support_format_tar(in.get());
+  if (archive_read_open_filename(in.get(), path.c_str(), 1 << 16) != ARCHIVE_OK)
+    return std::unexpected(archive_error("archive_read_open_filename", in.get(), path));
+  return in;
+}
+
+Result<void> extract_file(const std::string& path, int root_fd, Whiteouts whiteouts) {
+  auto in = open_tar(path);
+  if (!in) return std::unexpected(in.error());
+  return extract_tree(in->get(), root_fd, whiteouts, path);
+}
+
+// Whether the tar at `path` is an image archive (OCI layout or docker save) rather than a rootfs.
+Result<bool> is_image_archive(const std::string& path) {
+  auto in = open_tar(path);
+  if (!in) return std::unexpected(in.error());
+  archive_entry* entry;
+  while (true) {
+    int r = archive_read_next_header(in->get(), &entry);
+    if (r == ARCHIVE_EOF) return false;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
+      return std::unexpected(archive_error("archive_read_next_header", in->get(), path));
+    std::string name = archive_entry_pathname(entry);
+    if (name.starts_with("./")) name = name.substr(2);
+    if (name == "index.json" || name == "manifest.json" || name == "oci-layout") return true;
+  }
+}
+
+Result<nlohmann::json> read_json(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return sys_error("open", path);
+  std::stringstream text;
+  text << file.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    return plain_error("import", path + ": " + e.what());
+  }
+}
+
+// blobs/sha256/<hex>, after checking that the blob's content has that digest.
+Result<std::string> blob_path(const std::string& dir, const std::string& digest) {
+  if (!digest.starts_with("sha256:")) return plain_error("import", "unsupported digest " + digest);
+  auto hex = layers::digest_hex(digest);  // 64 hex: no path tricks
+  if (!hex) return std::unexpected(hex.error());
+  const std::string path = dir + "/blobs/sha256/" + *hex;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return sys_error("open", path);
+  auto hasher = layers::Sha256::create();
+  if (!hasher) return std::unexpected(hasher.error());
+  std::vector<char> buffer(1 << 16);
+  while (true) {
+    ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("read", path);
+    if (n == 0) break;
+    hasher->update(std::string_view(buffer.data(), static_cast<size_t>(n)));
+  }
+  if (std::string actual = hasher->finish_hex(); actual != *hex) {
+    return plain_error("import", "blob " + digest + " has content digest sha256:" + actual +
+                                     " (corrupt or tampered image)");
+  }
+  return path;
+}
+
+// The layer tars of an image directory, bottom first: OCI (index.json, possibly through a nested
+// index) or docker save (manifest.json's Layers).
+Result<std::vector<std::string>> image_layers(const std::string& dir) {
+  std::vector<std::string> layer_paths;
+  try {
+    if (::access((dir + "/index.json").c_str(), F_OK) == 0) {
+      auto index = read_json(dir + "/index.json");
+      if (!index) return std::unexpected(index.error());
+      nlohmann::json current = *index;
+      for (int depth = 0; depth < 4; ++depth) {
+        if (!current.contains("manifests")) break;
+        if (current["manifests"].empty()) return plain_error("import", dir + ": empty index");
+        auto path = blob_path(dir, current["manifests"][0]["digest"].get<std::string>());
+        if (!path) return std::unexpected(path.error());
+        auto next = read_json(*path);
+        if (!next) return std::unexpected(next.error());
+        current = *next;
+      }
+      if (!current.contains("layers")) return plain_error("import", dir + ": no image manifest");
+      for (const auto& layer : current["layers"]) {
+        auto path = blob_path(dir, layer["digest"].get<std::string>());
+        if (!path) return std::unexpected(path.error());
+        layer_paths.push_back(*path);
+      }
+      return layer_paths;
+    }
+    auto manifest = read_json(dir + "/manifest.json");
+    if (!manifest) return std::unexpected(manifest.error());
+    if (!manifest->is_array() || manifest->empty())
+      return plain_error("import", dir + "/manifest.json: no image");
+    for (const auto& layer : (*manifest)[0]["Layers"]) {
+      std::string relative = layer.get<std::string>();
+      if (relative.starts_with("/") || relative.find("..") != std::string::npos)
+        return plain_error("import", "layer path " + relative + " refused");
+      layer_paths.push_back(dir + "/" + relative);
+    }
+    return layer_paths;
+  } catch (const nlohmann::json::exception& e) {
+    return plain_error("import", dir + ": " + e.what());
+  }
+}
+
+Result<void> apply_layers(const std::string& dir, int root_fd) {
+  auto paths = image_layers(dir);
+  if (!paths) return std::unexpected(paths.error());
+  for (const std::string& path : *paths) {
+    if (auto done = extract_file(path, root_fd, Whiteouts::kApply); !done) return done;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& source,
+                                  const std::string& name) {
+  if (auto valid = layers::validate_name(name); !valid) return std::unexpected(valid.error());
+  auto lock = store.lock("image-" + name);
+  if (!lock) return std::unexpected(lock.error());
+  struct stat st;
+  if (::stat(source.c_str(), &st) != 0) return sys_error("stat", source);
+
+  auto scratch = Scratch::create(store.state_dir());
+  if (!scratch) return std::unexpected(scratch.error());
+  UniqueFd scratch_fd(::open(scratch->path().c_str(), kDirFlags));
+  if (!scratch_fd) return sys_error("open", scratch->path());
+  const std::string rootfs = scratch->path() + "/rootfs";
+  const bool image_dir =
+      S_ISDIR(st.st_mode) && (::access((source + "/index.json").c_str(), F_OK) == 0 ||
+                              ::access((source + "/manifest.json").c_str(), F_OK) == 0);
+  if (S_ISDIR(st.st_mode) && !image_dir) {
+    // A plain rootfs directory: an exact copy.
+    UniqueFd src(::open(source.c_str(), kDirFlags));
+    if (!src) return sys_error("open", source);
+    if (auto copied = layers::copy_tree(src.get(), scratch_fd.get(), "rootfs"); !copied)
+      return std::unexpected(copied.error());
+  } else {
+    if (mkdir(rootfs.c_str(), 0755) != 0) return sys_error("mkdir", rootfs);
+    UniqueFd root_fd(::open(rootfs.c_str(), kDirFlags));
+    if (!root_fd) return sys_error("open", rootfs);
+    if (image_dir) {
+      if (auto done = apply_layers(source, root_fd.get()); !done)
+        return std::unexpected(done.error());
+    } else {
+      auto image = is_image_archive(source);
+      if (!image) return std::unexpected(image.error());
+      if (!*image) {
+        if (auto done = extract_file(source, root_fd.get(), Whiteouts::kAsFiles); !done)
+          return std::unexpected(done.error());
+      } else {
+        const std::string unpacked = scratch->path() + "/archive";
+        if (mkdir(unpacked.c_str(), 0700) != 0) return sys_error("mkdir", unpacked);
+        UniqueFd unpacked_fd(::open(unpacked.c_str(), kDirFlags));
+        if (!unpacked_fd) return sys_error("open", unpacked);
+        if (auto done = extract_file(source, unpacked_fd.get(), Whiteouts::kAsFiles); !done)
+          return std::unexpected(done.error());
+        if (auto done = apply_layers(unpacked, root_fd.get()); !done)
+          return std::unexpected(done.error());
+        if (auto removed = layers::remove_tree(scratch_fd.get(), "archive"); !removed)
+          return std::unexpected(removed.error());
+      }
+    }
+  }
+  if (syncfs(scratch_fd.get()) != 0) return sys_error("syncfs", scratch->path());
+
+  // <state>/images/<name>: swapped in whole, so a reader sees the old rootfs or the new one.
+  const std::string images = store.state_dir() + "/images";
+  if (mkdir(images.c_str(), 0755) != 0 && errno != EEXIST) return sys_error("mkdir", images);
+  UniqueFd images_fd(::open(images.c_str(), kDirFlags));
+  if (!images_fd) return sys_error("open", images);
+  UniqueFd layers_fd(::open((store.state_dir() + "/layers").c_str(), kDirFlags));
+  if (!layers_fd) return sys_error("open", store.state_dir() + "/layers");
+  const std::string scratch_name = scratch->name();
+  if (renameat2(layers_fd.get(), scratch_name.c_str(), images_fd.get(), name.c_str(),
+                RENAME_NOREPLACE) != 0) {
+    if (errno != EEXIST) return sys_error("renameat2", images + "/" + name);
+    // An older import: exchange, and the scratch name now holds the old one, removed below.
+    if (renameat2(layers_fd.get(), scratch_name.c_str(), images_fd.get(), name.c_str(),
+                  RENAME_EXCHANGE) != 0) {
+      return sys_error("renameat2", images + "/" + name + " (RENAME_EXCHANGE)");
+    }
+  }
+  if (chmod((images + "/" + name).c_str(), 0755) != 0)
+    return sys_error("chmod", images + "/" + name);
+  return images + "/" + name + "/rootfs";
+}
+
+}  // namespace hutch::image
