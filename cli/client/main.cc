@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
   CLI::App* create_cmd = app.add_subcommand("create", "Create a sandbox and print its id");
   create_cmd->add_option("--rootfs", create.rootfs,
                          "\"host\" (default) or a rootfs directory on the daemon's host");
+  create_cmd->add_option("--recipe", create.recipe,
+                         "Start from a recipe or snapshot (hutch recipe build, POST .../snapshot)");
   create_cmd->add_option("--memory", create.memory, "Memory limit (512M, 2G)");
   create_cmd->add_option("--pids", create.pids, "Maximum number of processes and threads");
   create_cmd->add_option("--cpus", create.cpus, "CPU time limit in CPUs (0.5 = half of one)");

@@ -55,7 +55,10 @@ Result<json> create_body(const CreateOptions& options) {
   json body = json::object();
   if (options.rootfs != "host" && !options.rootfs.starts_with('/'))
     return plain_error("rootfs", "\"" + options.rootfs + "\" must be \"host\" or an absolute path");
+  if (!options.recipe.empty() && options.rootfs != "host")
+    return plain_error("recipe", "give either --recipe or --rootfs, not both");
   body["rootfs"] = options.rootfs;
+  if (!options.recipe.empty()) body["recipe"] = options.recipe;
   json limits = json::object();
   if (!options.memory.empty()) {
     auto bytes = cli::parse_size(options.memory);

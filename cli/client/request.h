@@ -20,6 +20,7 @@ using nlohmann::json;
 // `hutch create` options as typed on the command line (strings not yet validated).
 struct CreateOptions {
   std::string rootfs = "host";  // "host" or a host directory (made absolute by the caller)
+  std::string recipe;           // a recipe or snapshot name; empty: none
   std::string memory;           // "512M"
   std::optional<uint64_t> pids;
   std::optional<double> cpus;

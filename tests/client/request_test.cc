@@ -52,6 +52,17 @@ TEST(CreateBody, ZeroMeansNeverForTtlAndTimeout) {
   EXPECT_EQ((*body)["default_timeout_seconds"], 0);
 }
 
+TEST(CreateBody, CarriesARecipeButNotWithARootfs) {
+  CreateOptions options;
+  options.recipe = "web";
+  auto body = create_body(options);
+  ASSERT_TRUE(body) << body.error().message();
+  EXPECT_EQ((*body)["recipe"], "web");
+  EXPECT_EQ((*body)["rootfs"], "host");
+  options.rootfs = "/srv/rootfs";
+  EXPECT_TRUE(contains(error_message(create_body(options)), "not both"));
+}
+
 TEST(CreateBody, RefusesBadValuesNamingThem) {
   CreateOptions memory;
   memory.memory = "lots";
