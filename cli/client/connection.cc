@@ -94,27 +94,18 @@ Result<void> Connection::post_streaming(const std::string& path, const nlohmann:
   request.path = path;
   request.body = body.dump();
   request.set_header("Content-Type", "application/json");
-  int status = 0;
-  std::string error_body;
-  request.response_handler = [&status](const httplib::Response& response) {
-    status = response.status;
-    return true;
-  };
-  request.content_receiver = [&](const char* data, size_t length, uint64_t, uint64_t) {
-    if (success(status)) return on_data(std::string_view(data, length));
-    if (error_body.size() < kMaxErrorBody) error_body.append(data, length);
-    return true;
-  };
-  httplib::Response response;
-  httplib::Error error = httplib::Error::Success;
-  if (!http_->send(request, response, error)) return std::unexpected(transport_error(error));
-  return check_status(response, error_body);
+  return send_streaming(request, on_data);
 }
 
 Result<void> Connection::get_streaming(const std::string& path, const DataSink& on_data) {
   httplib::Request request;
   request.method = "GET";
   request.path = path;
+  return send_streaming(request, on_data);
+}
+
+// The body goes to on_data as it arrives on success; an error's body is kept for its message.
+Result<void> Connection::send_streaming(httplib::Request& request, const DataSink& on_data) {
   int status = 0;
   std::string error_body;
   request.response_handler = [&status](const httplib::Response& response) {

@@ -49,6 +49,7 @@ class Connection {
   const std::string& where() const { return where_; }
 
  private:
+  Result<void> send_streaming(httplib::Request& request, const DataSink& on_data);
   Error transport_error(httplib::Error error) const;
   Result<void> check_status(const httplib::Response& response, const std::string& body) const;
 

@@ -132,26 +132,37 @@ Result<UniqueFd> LayerStore::store_lock(int operation) const {
   return fd;
 }
 
-Result<LayerInfo> LayerStore::add_tree(int src_dir_fd, const LayerManifest& manifest) {
-  auto guard = store_lock(LOCK_SH);
-  if (!guard) return std::unexpected(guard.error());
+Result<std::pair<std::string, UniqueFd>> LayerStore::make_scratch_dir() const {
   auto scratch = new_scratch_name();
   if (!scratch) return std::unexpected(scratch.error());
   if (mkdirat(layers_fd_.get(), scratch->c_str(), 0700) != 0) {
     return sys_error("mkdirat", state_dir_ + "/layers/" + *scratch);
   }
-  ScratchGuard cleanup(layers_fd_.get(), *scratch);
-  UniqueFd scratch_fd(openat(layers_fd_.get(), scratch->c_str(), kDirFlags));
-  if (!scratch_fd) return sys_error("openat", state_dir_ + "/layers/" + *scratch);
+  UniqueFd fd(openat(layers_fd_.get(), scratch->c_str(), kDirFlags));
+  if (!fd) {
+    Error error = sys_error("openat", state_dir_ + "/layers/" + *scratch).error();
+    (void)remove_tree(layers_fd_.get(), *scratch);
+    return std::unexpected(error);
+  }
+  return std::pair{std::move(*scratch), std::move(fd)};
+}
+
+Result<LayerInfo> LayerStore::add_tree(int src_dir_fd, const LayerManifest& manifest) {
+  auto guard = store_lock(LOCK_SH);
+  if (!guard) return std::unexpected(guard.error());
+  auto scratch = make_scratch_dir();
+  if (!scratch) return std::unexpected(scratch.error());
+  ScratchGuard cleanup(layers_fd_.get(), scratch->first);
+  UniqueFd& scratch_fd = scratch->second;
 
   auto copied = copy_tree(src_dir_fd, scratch_fd.get(), "tree");
   if (!copied) return std::unexpected(copied.error());
   // The digest is taken from the copy, the bytes that will actually serve.
   UniqueFd tree(openat(scratch_fd.get(), "tree", kDirFlags));
-  if (!tree) return sys_error("openat", state_dir_ + "/layers/" + *scratch + "/tree");
+  if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch->first + "/tree");
   auto digest = digest_tree(tree.get());
   if (!digest) return std::unexpected(digest.error());
-  auto info = finish_layer(*scratch, scratch_fd.get(), *digest, copied->bytes, manifest);
+  auto info = finish_layer(scratch->first, scratch_fd.get(), *digest, copied->bytes, manifest);
   if (info) cleanup.release();
   return info;
 }
@@ -165,14 +176,10 @@ Result<LayerInfo> LayerStore::adopt_tree(const std::string& dir_path,
   auto digest = digest_tree_with_size(source.get());
   if (!digest) return std::unexpected(digest.error());
 
-  auto scratch = new_scratch_name();
+  auto scratch = make_scratch_dir();
   if (!scratch) return std::unexpected(scratch.error());
-  if (mkdirat(layers_fd_.get(), scratch->c_str(), 0700) != 0) {
-    return sys_error("mkdirat", state_dir_ + "/layers/" + *scratch);
-  }
-  ScratchGuard cleanup(layers_fd_.get(), *scratch);
-  UniqueFd scratch_fd(openat(layers_fd_.get(), scratch->c_str(), kDirFlags));
-  if (!scratch_fd) return sys_error("openat", state_dir_ + "/layers/" + *scratch);
+  ScratchGuard cleanup(layers_fd_.get(), scratch->first);
+  UniqueFd& scratch_fd = scratch->second;
   if (renameat(AT_FDCWD, dir_path.c_str(), scratch_fd.get(), "tree") != 0) {
     if (errno != EXDEV) return sys_error("rename", dir_path + " into " + state_dir_ + "/layers");
     // Another filesystem: copy, then remove the original so the contract (dir_path consumed)
@@ -188,7 +195,8 @@ Result<LayerInfo> LayerStore::adopt_tree(const std::string& dir_path,
       return std::unexpected(removed.error());
     }
   }
-  auto info = finish_layer(*scratch, scratch_fd.get(), digest->digest, digest->bytes, manifest);
+  auto info =
+      finish_layer(scratch->first, scratch_fd.get(), digest->digest, digest->bytes, manifest);
   if (info) cleanup.release();
   return info;
 }

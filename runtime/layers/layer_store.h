@@ -103,6 +103,8 @@ class LayerStore {
   explicit LayerStore(std::string state_dir) : state_dir_(std::move(state_dir)) {}
 
   Result<UniqueFd> store_lock(int operation) const;
+  // A new `.incoming-*` dir under layers/ (its name and an fd of it); the caller removes it.
+  Result<std::pair<std::string, UniqueFd>> make_scratch_dir() const;
   Result<LayerInfo> finish_layer(const std::string& scratch, int scratch_fd,
                                  const std::string& tree_digest, uint64_t size,
                                  const LayerManifest& manifest);
