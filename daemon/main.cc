@@ -1,4 +1,4 @@
-// hutchd: the local HTTP daemon. Parses flags, forks the zygote while still single-threaded,
+// hutchd: the local HTTP daemon. Parses flags, starts the zygote while still single-threaded,
 // re-adopts the sandboxes of a previous run, serves until SIGTERM/SIGINT.
 //
 // On SIGTERM/SIGINT hutchd stops accepting, lets in-flight requests finish (bounded), and exits
@@ -31,6 +31,14 @@ using namespace hutch::daemon;
 int fail(const std::string& message) {
   std::fprintf(stderr, "hutchd: %s\n", message.c_str());
   return 2;
+}
+
+// hutchd-zygote is built and installed beside hutchd.
+std::string zygote_binary() {
+  std::error_code error;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return "hutchd-zygote";
+  return self.parent_path() / "hutchd-zygote";
 }
 
 }  // namespace
@@ -124,9 +132,8 @@ int main(int argc, char** argv) {
   if (::chmod(state_dir.c_str(), 0700) != 0)
     return fail("chmod " + state_dir + ": " + std::strerror(errno));
 
-  // Before any thread exists (spdlog's stderr logger starts none): the zygote must be a
-  // single-threaded copy of this process.
-  auto zygote = Zygote::start();
+  // Before any thread exists (spdlog's stderr logger starts none): fork is safe only then.
+  auto zygote = Zygote::start(zygote_binary());
   if (!zygote) return fail(zygote.error().message());
 
   // Signals are taken synchronously by the main thread (sigwait); every thread started from

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -61,7 +62,43 @@ void write_line(int fd, const std::string& line) {
   _exit(status);
 }
 
-[[noreturn]] void zygote_main(int sock) {
+// Reads lines from the ready pipe until "ok"/"error" or EOF, within the deadline.
+Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
+                              std::vector<std::string>& lines) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string text;
+  for (;;) {
+    size_t newline;
+    while ((newline = text.find('\n')) != std::string::npos) {
+      lines.push_back(text.substr(0, newline));
+      text.erase(0, newline + 1);
+      if (lines.back().starts_with("ok ") || lines.back().starts_with("error ")) return {};
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return plain_error("sandbox start", "timed out waiting for the supervisor");
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return sys_error("poll", "ready pipe");
+    if (r == 0) continue;
+    char chunk[512];
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_error("read", "ready pipe");
+    if (n == 0) {
+      if (!text.empty()) lines.push_back(text);
+      lines.push_back("error the supervisor exited before its sandbox was ready");
+      return {};
+    }
+    text.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
+[[noreturn]] void run_zygote(int sock) {
   // Auto-reap supervisors; a terminal's SIGINT/SIGTERM to hutchd's group is hutchd's to handle.
   ::signal(SIGCHLD, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
@@ -105,54 +142,23 @@ void write_line(int fd, const std::string& line) {
   }
 }
 
-// Reads lines from the ready pipe until "ok"/"error" or EOF, within the deadline.
-Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
-                              std::vector<std::string>& lines) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::string text;
-  for (;;) {
-    size_t newline;
-    while ((newline = text.find('\n')) != std::string::npos) {
-      lines.push_back(text.substr(0, newline));
-      text.erase(0, newline + 1);
-      if (lines.back().starts_with("ok ") || lines.back().starts_with("error ")) return {};
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      return plain_error("sandbox start", "timed out waiting for the supervisor");
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return sys_error("poll", "ready pipe");
-    if (r == 0) continue;
-    char chunk[512];
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_error("read", "ready pipe");
-    if (n == 0) {
-      if (!text.empty()) lines.push_back(text);
-      lines.push_back("error the supervisor exited before its sandbox was ready");
-      return {};
-    }
-    text.append(chunk, static_cast<size_t>(n));
-  }
-}
-
-}  // namespace
-
-Result<Zygote> Zygote::start() {
+Result<Zygote> Zygote::start(const std::string& binary) {
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
     return sys_error("socketpair", "zygote");
   UniqueFd parent_end(fds[0]), child_end(fds[1]);
+  if (::access(binary.c_str(), X_OK) != 0) return sys_error("access", binary + " (the zygote)");
   pid_t pid = fork();
   if (pid < 0) return sys_error("fork", "zygote");
   if (pid == 0) {
-    parent_end.reset();
-    prctl(PR_SET_NAME, "hutchd-zygote");
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    zygote_main(child_end.get());
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // kept across execve (the binary is not set-id)
+    // The zygote's end becomes fd 3, the only fd it inherits besides stdio.
+    if (dup2(child_end.get(), kZygoteSocketFd) < 0) _exit(127);
+    close_range(kZygoteSocketFd + 1, ~0U, CLOSE_RANGE_CLOEXEC);
+    const std::string fd_text = std::to_string(kZygoteSocketFd);
+    execl(binary.c_str(), "hutchd-zygote", fd_text.c_str(), nullptr);
+    std::fprintf(stderr, "hutchd: execve %s: %s\n", binary.c_str(), std::strerror(errno));
+    _exit(127);
   }
   return Zygote(std::move(parent_end));
 }

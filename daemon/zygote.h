@@ -1,7 +1,9 @@
-// The zygote: a single-threaded process forked from hutchd before hutchd starts any thread, which
-// forks each sandbox's supervisor on request. serve_sandbox() must run in a single-threaded
-// process (runtime/live_sandbox.h), and hutchd is not one once its HTTP thread pool runs; forking
-// from the zygote also keeps hutchd's fds and memory out of every supervisor.
+// The zygote: a single-threaded process (the static `hutchd-zygote` binary, exec'd by hutchd at
+// start) which forks each sandbox's supervisor on request. serve_sandbox() must run in a
+// single-threaded process (runtime/live_sandbox.h), and hutchd is not one once its HTTP thread
+// pool runs; forking from the zygote also keeps hutchd's fds and memory out of every supervisor,
+// and forking from a small static image makes every fork below it (init's per-exec shims
+// included) cheap.
 //
 // Protocol (SOCK_SEQPACKET, one request per message): the spec and socket paths as JSON, with the
 // write end of a ready pipe attached (SCM_RIGHTS). The forked child writes
@@ -26,9 +28,9 @@ namespace hutch::daemon {
 
 class Zygote {
  public:
-  // Forks the zygote. Must be called while the process is single-threaded. The zygote exits
-  // when hutchd closes its end (hutchd exited or crashed); supervisors it forked live on.
-  static Result<Zygote> start();
+  // Starts `binary` (hutchd-zygote) as the zygote. The zygote exits when hutchd closes its end
+  // (hutchd exited or crashed); supervisors it forked live on.
+  static Result<Zygote> start(const std::string& binary);
 
   // Forks a supervisor for `spec` and waits (at most `timeout`) until its sandbox serves.
   // `log_path`: the supervisor's stderr. Thread-safe.
@@ -40,6 +42,12 @@ class Zygote {
   explicit Zygote(UniqueFd socket) : socket_(std::move(socket)) {}
   UniqueFd socket_;
 };
+
+// The zygote binary's end of the socket to hutchd: its first argument names this fd.
+inline constexpr int kZygoteSocketFd = 3;
+
+// The zygote's loop: never returns; exits when hutchd closes the other end of `sock`.
+[[noreturn]] void run_zygote(int sock);
 
 // /proc/<pid>/stat field 22 (start time in clock ticks since boot), nullopt when gone.
 std::optional<uint64_t> process_start_time(pid_t pid);

@@ -28,6 +28,8 @@ namespace {
 
 constexpr int kSupervisorRequestTimeoutMs = 30'000;
 constexpr int kExecStartTimeoutMs = 10'000;
+// What one message fits in without raising the socket's send buffer (the default is ~208 KiB).
+constexpr size_t kDefaultSendBufferBytes = 64 * 1024;
 
 Result<sockaddr_un> unix_address(const std::string& path) {
   sockaddr_un address{};
@@ -164,11 +166,6 @@ std::string answer(std::optional<SandboxCgroup>& cgroup, const std::string& requ
     auto r = cgroup->stats();
     return r ? format_stats(*r) : "error " + r.error().message();
   }
-  if (request == "oom_kills") {
-    auto r = cgroup->oom_kills();
-    if (!r) return "error " + r.error().message();
-    return *r ? "ok oom_kills=" + std::to_string(**r) : "ok";
-  }
   return "error unknown request " + request;
 }
 
@@ -210,6 +207,23 @@ std::string snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, const s
   if (!copied) return "error " + copied.error().message();
   if (!thawed) return "error " + thawed.error().message();
   return "ok files=" + std::to_string(copied->files) + " bytes=" + std::to_string(copied->bytes);
+}
+
+// "oom_counter": "ok" with the cgroup's OOM counter file as an fd, so that hutchd reads the count
+// around each exec without a round trip here; "ok" alone when there is no memory cgroup.
+void send_oom_counter(const std::optional<SandboxCgroup>& cgroup, int conn) {
+  UniqueFd counter;
+  if (cgroup) {
+    auto opened = cgroup->open_oom_counter();
+    if (!opened) {
+      const std::string reply = "error " + opened.error().message();
+      (void)!send(conn, reply.data(), reply.size(), MSG_NOSIGNAL);
+      return;
+    }
+    counter = std::move(*opened);
+  }
+  const int fd = counter.get();
+  (void)send_with_fds(conn, "ok", 2, &fd, counter ? 1 : 0);
 }
 
 bool process_running(int pidfd) {
@@ -280,6 +294,10 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
       if (request == "destroy") {
         destroy_request = std::move(conn);
         serving = false;
+        continue;
+      }
+      if (request == "oom_counter") {
+        send_oom_counter(launched->cgroup, conn.get());
         continue;
       }
       const std::string reply = request.starts_with("snapshot ")
@@ -361,6 +379,8 @@ Result<LiveSandbox> LiveSandbox::connect(const LiveSandboxRef& ref) {
     return plain_error("connect", "init " + std::to_string(ref.init_pid) +
                                       " is not the supervisor's child any more");
   }
+  auto counter = sandbox.supervisor_request("oom_counter", &sandbox.oom_counter_);
+  if (!counter) return std::unexpected(counter.error());
   return sandbox;
 }
 
@@ -413,8 +433,10 @@ Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   auto conn = connect_unix(ref_.exec_socket);
   if (!conn) return std::unexpected(conn.error());
   // Past the default socket buffer (~208 KiB) so a 1 MiB request fits in one message; root only.
-  int buffer_size = static_cast<int>(kMaxExecRequestBytes) + 4096;
-  setsockopt(conn->get(), SOL_SOCKET, SO_SNDBUFFORCE, &buffer_size, sizeof buffer_size);
+  if (message.size() > kDefaultSendBufferBytes) {
+    int buffer_size = static_cast<int>(kMaxExecRequestBytes) + 4096;
+    setsockopt(conn->get(), SOL_SOCKET, SO_SNDBUFFORCE, &buffer_size, sizeof buffer_size);
+  }
   if (int err = send_with_fds(conn->get(), message.data(), message.size(), stdio, 3))
     return sys_error("sendmsg", "exec request to " + ref_.exec_socket, err);
 
@@ -468,7 +490,8 @@ Result<void> ExecProcess::kill_tree() {
   return {};
 }
 
-Result<std::string> LiveSandbox::supervisor_request(const std::string& command) const {
+Result<std::string> LiveSandbox::supervisor_request(const std::string& command,
+                                                    UniqueFd* received_fd) const {
   auto conn = connect_unix(ref_.supervisor_socket);
   if (!conn) return std::unexpected(conn.error());
   if (send(conn->get(), command.data(), command.size(), MSG_NOSIGNAL) < 0)
@@ -479,7 +502,10 @@ Result<std::string> LiveSandbox::supervisor_request(const std::string& command) 
   }
   if (ready == 0) return plain_error(command, "no answer from the supervisor in time");
   char buffer[1024];
-  ssize_t n = recv(conn->get(), buffer, sizeof buffer, 0);
+  int fd = -1;
+  int fd_count = received_fd != nullptr ? 1 : 0;
+  long n = recv_with_fds(conn->get(), buffer, sizeof buffer, &fd, &fd_count);
+  if (fd_count == 1) received_fd->reset(fd);
   if (n <= 0) return plain_error(command, "the supervisor closed the connection");
   std::string answer(buffer, static_cast<size_t>(n));
   if (answer.starts_with("error ")) return plain_error(command, answer.substr(6));
@@ -513,9 +539,8 @@ Result<SnapshotStats> LiveSandbox::snapshot(const std::string& dest_dir) const {
 }
 
 Result<std::optional<uint64_t>> LiveSandbox::oom_kills() const {
-  auto r = supervisor_request("oom_kills");
-  if (!r) return std::unexpected(r.error());
-  return parse_stats(*r).oom_kills;
+  if (!oom_counter_) return std::optional<uint64_t>{};
+  return read_oom_counter(oom_counter_.get());
 }
 
 Result<CgroupStats> LiveSandbox::stats() const {

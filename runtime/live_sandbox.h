@@ -119,7 +119,9 @@ class LiveSandbox {
   Result<void> freeze() const;
   Result<void> thaw() const;
   Result<CgroupStats> stats() const;
-  // The sandbox's OOM kill count alone: cheaper than stats(), for hutchd's per-exec oom_killed.
+  // The sandbox's OOM kill count alone, for hutchd's per-exec oom_killed: read from the cgroup
+  // file the supervisor handed over at connect, without a round trip. Empty without a memory
+  // cgroup.
   Result<std::optional<uint64_t>> oom_kills() const;
   // Kills every process, removes mounts and cgroups, and waits until the supervisor has exited.
   // Idempotent; succeeds when the sandbox is already gone.
@@ -127,10 +129,13 @@ class LiveSandbox {
 
  private:
   LiveSandbox() = default;
-  Result<std::string> supervisor_request(const std::string& command) const;
+  // One request; an fd that comes with the answer goes to *received_fd (closed when null).
+  Result<std::string> supervisor_request(const std::string& command,
+                                         UniqueFd* received_fd = nullptr) const;
   LiveSandboxRef ref_;
   UniqueFd supervisor_pidfd_;
   UniqueFd init_pidfd_;
+  UniqueFd oom_counter_;
 };
 
 }  // namespace hutch

@@ -1,5 +1,6 @@
 #include "runtime/cgroup/sandbox_cgroup.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -229,14 +230,23 @@ Result<CgroupStats> SandboxCgroup::stats() {
   return stats;
 }
 
-Result<std::optional<uint64_t>> SandboxCgroup::oom_kills() const {
+Result<UniqueFd> SandboxCgroup::open_oom_counter() const {
   const Dir* dir = with_controller("memory");
-  if (dir == nullptr) return std::optional<uint64_t>{};
-  const bool v2 = dir->hierarchy.version == CgroupVersion::kV2;
-  Result<std::string> text =
-      read_cgroup_file(dir->self, v2 ? "memory.events" : "memory.oom_control");
-  if (!text) return std::unexpected(text.error());
-  return std::optional<uint64_t>(find_cgroup_key(*text, "oom_kill"));
+  if (dir == nullptr) return UniqueFd();
+  const char* name = dir->hierarchy.version == CgroupVersion::kV2 ? "memory.events"
+                                                                   : "memory.oom_control";
+  UniqueFd fd(openat(dir->self.fd.get(), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return sys_error("open", dir->self.path + "/" + name);
+  return fd;
+}
+
+Result<std::optional<uint64_t>> read_oom_counter(int fd) {
+  char text[512];
+  ssize_t n;
+  while ((n = pread(fd, text, sizeof text, 0)) < 0 && errno == EINTR) {
+  }
+  if (n < 0) return sys_error("pread", "oom counter");
+  return find_cgroup_key(std::string_view(text, static_cast<size_t>(n)), "oom_kill");
 }
 
 Result<void> SandboxCgroup::destroy() {

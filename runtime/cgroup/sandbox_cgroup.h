@@ -58,9 +58,10 @@ class SandboxCgroup {
 
   // Read before destroy(): the numbers go away with the cgroups.
   Result<CgroupStats> stats();
-  // Only the OOM kill count (one file: cheap enough to read around every exec); empty when the
-  // host cannot tell.
-  Result<std::optional<uint64_t>> oom_kills() const;
+  // The file that counts OOM kills (v2 memory.events, v1 memory.oom_control), opened read-only
+  // for read_oom_counter; an empty fd without a memory controller. The fd can be handed to
+  // another process, which then reads the count without asking the cgroup's owner.
+  Result<UniqueFd> open_oom_counter() const;
 
   // kill_all, then rmdir every dir this object created (sub-cgroups first; EBUSY retried for a
   // few hundred ms; ENOENT is success). Idempotent: a second call, or one after a partial failure,
@@ -90,5 +91,9 @@ class SandboxCgroup {
   uint64_t sampled_memory_peak_ = 0;  // for kernels without memory.peak / pids.peak
   uint64_t sampled_pids_peak_ = 0;
 };
+
+// The OOM kill count from an open_oom_counter fd (pread from 0: the kernel regenerates the text);
+// empty when the kernel does not report it (v1 before Linux 4.13).
+Result<std::optional<uint64_t>> read_oom_counter(int fd);
 
 }  // namespace hutch

@@ -49,7 +49,13 @@ struct Command {
 bool receive_command(int conn, Command& command) {
   pollfd ready{conn, POLLIN, 0};
   if (poll(&ready, 1, kRequestTimeoutMs) != 1) return false;
-  command.buffer.resize(kMaxExecRequestBytes);
+  // The buffer is sized from the message (MSG_TRUNC reports its real length): zeroing the
+  // 1 MiB maximum for every exec cost more than the rest of the shim's start.
+  ssize_t length = recv(conn, nullptr, 0, MSG_PEEK | MSG_TRUNC);
+  if (length < static_cast<ssize_t>(sizeof(ExecRequestHeader)) ||
+      length > static_cast<ssize_t>(kMaxExecRequestBytes))
+    return false;
+  command.buffer.resize(static_cast<size_t>(length));
   iovec iov{command.buffer.data(), command.buffer.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)] = {};
   msghdr msg{};
@@ -282,9 +288,20 @@ class Shim {
   bool survive_disconnect_ = false;
 };
 
-void reap_orphans() {
-  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+// A shim forked ahead of the next request, blocked in accept: forking init (a few MB of page
+// tables) is off the exec's critical path. Init forks the next spare when this one reports, on
+// `taken`, that it accepted a connection.
+[[noreturn]] void run_spare_shim(int listen_fd, int taken_fd, int signals, int sync_fd) {
+  close(signals);
+  close(sync_fd);
+  int conn;
+  while ((conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC)) < 0) {
+    if (errno != EINTR && errno != ECONNABORTED) _exit(1);
   }
+  close(listen_fd);
+  (void)!write(taken_fd, "t", 1);
+  close(taken_fd);
+  Shim(conn).run();
 }
 
 }  // namespace
@@ -300,34 +317,51 @@ void reap_orphans() {
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   int signals = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  int taken[2];
+  if (signals < 0 || pipe2(taken, O_CLOEXEC | O_NONBLOCK) != 0) _exit(125);
 
   SyncMessage serving{};
   serving.kind = SyncMessage::Kind::kServing;
   serving.from = SyncMessage::From::kInit;
-  if (signals < 0 || send_sync(sync_fd, serving) != 0) _exit(125);
+  if (send_sync(sync_fd, serving) != 0) _exit(125);
 
+  pid_t spare = -1;
+  auto fork_spare = [&] {
+    spare = fork();
+    if (spare == 0) {
+      close(taken[0]);
+      run_spare_shim(listen_fd, taken[1], signals, sync_fd);
+    }
+  };
+  fork_spare();
   for (;;) {
-    pollfd fds[3] = {{listen_fd, POLLIN, 0}, {signals, POLLIN, 0}, {sync_fd, POLLIN, 0}};
-    if (poll(fds, 3, -1) < 0) continue;
+    // Without a spare (its fork failed: the pids limit), init takes the connection itself.
+    pollfd fds[4] = {{spare > 0 ? -1 : listen_fd, POLLIN, 0},
+                     {signals, POLLIN, 0},
+                     {sync_fd, POLLIN, 0},
+                     {taken[0], POLLIN, 0}};
+    if (poll(fds, 4, -1) < 0) continue;
     if (fds[2].revents != 0) _exit(0);  // the supervisor is gone or tears the sandbox down
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo info;
       while (read(signals, &info, sizeof info) == sizeof info) {
       }
-      reap_orphans();
-    }
-    if (fds[0].revents & POLLIN) {
-      int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn < 0) continue;
-      pid_t shim = fork();
-      if (shim == 0) {
-        close(listen_fd);
-        close(signals);
-        close(sync_fd);
-        Shim(conn).run();
+      pid_t pid;
+      while ((pid = waitpid(-1, nullptr, WNOHANG)) > 0) {
+        if (pid == spare) spare = -1;  // killed before it took a connection
       }
-      // A failed fork (the pids limit) closes the connection: the client reports it.
-      close(conn);
+    }
+    if (fds[3].revents & POLLIN) {
+      char byte;
+      while (read(taken[0], &byte, 1) == 1) {
+      }
+      spare = -1;
+    }
+    if (spare <= 0) fork_spare();
+    if (spare <= 0 && (fds[0].revents & POLLIN)) {
+      // A failed fork closes the connection: the client reports it.
+      int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn >= 0) close(conn);
     }
   }
 }

@@ -34,8 +34,8 @@ int send_with_fds(int sock, const void* data, size_t size, const int* fds, int f
   return 0;
 }
 
-long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool nonblocking) {
-  iovec iov{message, sizeof *message};
+long recv_with_fds(int sock, void* data, size_t size, int* fds, int* fd_count, int flags) {
+  iovec iov{data, size};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -43,7 +43,7 @@ long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool non
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;
-  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0))) < 0) {
+  while ((n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags)) < 0) {
     if (errno != EINTR) return -errno;
   }
   int received = 0;
@@ -61,7 +61,13 @@ long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool non
     }
   }
   if (fd_count != nullptr) *fd_count = received;
-  if (n > 0 && n != static_cast<ssize_t>(sizeof *message)) return -EBADMSG;
+  return n;
+}
+
+long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool nonblocking) {
+  long n = recv_with_fds(sock, message, sizeof *message, fds, fd_count,
+                         nonblocking ? MSG_DONTWAIT : 0);
+  if (n > 0 && n != static_cast<long>(sizeof *message)) return -EBADMSG;
   return n;
 }
 

@@ -31,6 +31,11 @@ constexpr int kMaxPassedFds = 8;
 // retried on EINTR. Returns 0 or errno. Async-signal-safe.
 int send_with_fds(int sock, const void* data, size_t size, const int* fds, int fd_count);
 
+// One message into data (up to size bytes) with up to *fd_count fds (O_CLOEXEC) stored in fds,
+// extra fds closed; flags add to recvmsg's (MSG_DONTWAIT). Returns the byte count (0 at EOF) or
+// -errno. Async-signal-safe.
+long recv_with_fds(int sock, void* data, size_t size, int* fds, int* fd_count, int flags = 0);
+
 // Both async-signal-safe. send_sync returns 0 or errno; recv_sync returns the byte count
 // (0 at EOF) or -errno (-EAGAIN when nonblocking and nothing is queued), and stores up to *fd_count
 // received fds (O_CLOEXEC) in fds.
