@@ -304,5 +304,17 @@ TEST_F(DaemonTest, ConcurrentExecs) {
   EXPECT_EQ(good.load(), 160);
 }
 
+// hutchd reads the OOM count from the cgroup file its supervisor handed over: an exec killed by
+// the memory limit says so, and the next exec (the count unchanged since) does not.
+TEST_F(DaemonTest, ExecReportsAnOomKillAndOnlyThatOne) {
+  std::string id = create({{"limits", {{"memory_bytes", 64 << 20}}}});
+  auto hog = exec(id, {{"argv", {"python3", "-c", "b = b'x' * (512 << 20)"}}});
+  EXPECT_EQ(hog["exit_code"], 137) << hog.dump();
+  EXPECT_EQ(hog["oom_killed"], true);
+  auto after = exec(id, {{"argv", {"true"}}});
+  EXPECT_EQ(after["exit_code"], 0);
+  EXPECT_EQ(after["oom_killed"], false);
+}
+
 }  // namespace
 }  // namespace hutch::testing

@@ -180,6 +180,40 @@ TEST_F(LiveSandboxTest, CommandsThatCannotStartReport127And126) {
   EXPECT_NE(exit.start_error->find("chdir"), std::string::npos);
 }
 
+// Init keeps a spare shim forked ahead. With the pids limit reached there is neither a spare
+// nor room for the command: the exec fails with a reason, and works again once pids are free.
+TEST_F(LiveSandboxTest, ExecAtThePidsLimitFailsWithAReasonAndRecovers) {
+  auto idle = sandbox_->stats();
+  ASSERT_TRUE(idle && idle->pids_current) << (idle ? "no pids count" : idle.error().message());
+  EXPECT_EQ(*idle->pids_current, 2u);  // init and its spare shim
+  // The spare becomes the command's shim, init forks a new spare, sh forks the sleeps: the
+  // sandbox then holds exactly 64 pids.
+  const uint64_t sleeps = 64 - *idle->pids_current - 2;
+  ExecRequest filler;
+  filler.argv = {"sh", "-c",
+                 "i=0; while [ $i -lt " + std::to_string(sleeps) +
+                     " ]; do sleep 1000 & i=$((i+1)); done; wait"};
+  auto process = sandbox_->exec(filler);
+  ASSERT_TRUE(process) << process.error().message();
+  std::optional<uint64_t> pids;
+  for (int i = 0; i < 500 && pids != 64u; ++i) {
+    std::this_thread::sleep_for(10ms);
+    auto stats = sandbox_->stats();
+    ASSERT_TRUE(stats) << stats.error().message();
+    pids = stats->pids_current;
+  }
+  ASSERT_EQ(pids, 64u);
+  ExecRequest probe;
+  probe.argv = {"true"};
+  auto refused = sandbox_->exec(probe);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("pids limit"), std::string::npos)
+      << refused.error().message();
+  ASSERT_TRUE(process->kill_tree());
+  EXPECT_EQ(wait_exit(*process).term_signal, SIGKILL);
+  EXPECT_EQ(run({"echo", "room again"}).out, "room again\n");
+}
+
 TEST_F(LiveSandboxTest, KillTreeKillsDoubleForkedAndSetsidDescendants) {
   ExecRequest request;
   request.argv = {"sh", "-c", "(setsid sleep 1000 &); (sleep 1001 &); sleep 1002"};
