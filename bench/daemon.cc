@@ -1,7 +1,7 @@
 // daemon: latency and throughput of hutchd, with per-command peers measured in the same run.
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
-//          [--warm-pool] [--lifecycle-only]
+//          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--snapshot-mib N,N,...]
 //
 // Prints p50/p95 (ms) of:
 //   create->exec->delete  POST /v1/sandboxes, POST …/exec {argv:[true]}, DELETE, back to back;
@@ -11,7 +11,10 @@
 // then execs/s with N concurrent clients (each on its own sandbox) for S seconds.
 // --warm-pool: hutchd runs with a warm pool; before each lifecycle run (untimed) the bench waits
 // until the pool is full again, so each create is served from it. --lifecycle-only: skip the
-// exec and throughput parts.
+// exec and throughput parts. --create-body: the body of every create (default {}), e.g.
+// {"recipe":"NAME"}. --snapshot-mib: instead of all that, snapshot capture against upper-dir
+// size: for each N a sandbox writes N MiB (1 MiB random files), then is snapshotted `--runs`
+// times; prints p50 of the time frozen, of the whole capture, and of the client's round trip.
 // bench/daemon.sh starts hutchd and the peers and runs this.
 
 #include <httplib.h>
@@ -66,8 +69,10 @@ httplib::Client client(const std::string& socket) {
   return c;
 }
 
+std::string create_body = "{}";
+
 std::string create_sandbox(httplib::Client& c) {
-  auto r = c.Post("/v1/sandboxes", "{}", "application/json");
+  auto r = c.Post("/v1/sandboxes", create_body, "application/json");
   if (!r || r->status != 201)
     die("create failed: " + (r ? r->body : httplib::to_string(r.error())));
   return nlohmann::json::parse(r->body).at("id").get<std::string>();
@@ -125,6 +130,45 @@ void print_row(const std::string& name, const Figures& f) {
   std::printf("  %-24s p50 %8.3f ms   p95 %8.3f ms\n", name.c_str(), f.p50, f.p95);
 }
 
+nlohmann::json post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body,
+                         int want_status) {
+  auto r = c.Post(path, body.dump(), "application/json");
+  if (!r || r->status != want_status)
+    die("POST " + path + " failed: " + (r ? r->body : httplib::to_string(r.error())));
+  return nlohmann::json::parse(r->body);
+}
+
+void snapshot_figures(httplib::Client& c, const std::vector<int>& sizes_mib, int runs) {
+  std::printf("hutchd snapshot capture by upper-dir size (%d runs each; 1 MiB random files)\n",
+              runs);
+  std::printf("  %8s %6s %14s %14s %14s %10s\n", "MiB", "files", "frozen p50", "capture p50",
+              "request p50", "MiB/s");
+  int tag = 0;
+  for (int mib : sizes_mib) {
+    std::string id = create_sandbox(c);
+    const std::string fill = "mkdir -p /opt/data && for i in $(seq 1 " + std::to_string(mib) +
+                             "); do head -c 1M /dev/urandom > /opt/data/f$i; done";
+    auto filled = post_json(c, "/v1/sandboxes/" + id + "/exec", {{"command", fill}}, 200);
+    if (filled.at("exit_code") != 0) die("filling the upper dir failed: " + filled.dump());
+    std::vector<double> frozen, capture, request;
+    uint64_t files = 0;
+    for (int i = 0; i < runs; ++i) {
+      auto start = Clock::now();
+      auto answer = post_json(c, "/v1/sandboxes/" + id + "/snapshot",
+                              {{"name", "bench-" + std::to_string(tag++)}}, 201);
+      request.push_back(ms_since(start));
+      frozen.push_back(answer.at("frozen_ms").get<double>());
+      capture.push_back(answer.at("duration_ms").get<double>());
+      files = answer.at("files").get<uint64_t>();
+    }
+    delete_sandbox(c, id);
+    const double capture_p50 = figures(capture).p50;
+    std::printf("  %8d %6llu %11.2f ms %11.2f ms %11.2f ms %10.0f\n", mib,
+                static_cast<unsigned long long>(files), figures(frozen).p50, capture_p50,
+                figures(request).p50, mib / (capture_p50 / 1000.0));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +179,7 @@ int main(int argc, char** argv) {
   std::vector<Peer> peers;
   bool warm_pool = false;
   bool lifecycle_only = false;
+  std::vector<int> snapshot_mib;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -155,6 +200,11 @@ int main(int argc, char** argv) {
       warm_pool = true;
     } else if (arg == "--lifecycle-only") {
       lifecycle_only = true;
+    } else if (arg == "--create-body") {
+      create_body = value();
+    } else if (arg == "--snapshot-mib") {
+      std::stringstream list(value());
+      for (std::string n; std::getline(list, n, ',');) snapshot_mib.push_back(std::stoi(n));
     } else if (arg == "--peer") {
       std::string spec = value();
       size_t eq = spec.find('=');
@@ -170,6 +220,10 @@ int main(int argc, char** argv) {
   if (socket.empty()) die("--socket is required");
 
   httplib::Client c = client(socket);
+  if (!snapshot_mib.empty()) {
+    snapshot_figures(c, snapshot_mib, runs);
+    return 0;
+  }
   // Warm-up: the first create pays one-time costs (page cache, the cgroup parent).
   for (int i = 0; i < 5; ++i) {
     std::string id = create_sandbox(c);

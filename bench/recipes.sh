@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Recipe figures (issue 5): bake time against upper-dir size, and create-from-recipe against
-# create-from-base.
+# Recipe figures (issue 5): bake time against upper-dir size; snapshot capture of a live
+# sandbox against upper-dir size; create-from-recipe against create-from-base, by `hutch run` and
+# through hutchd, with and without a warm pool.
 #
 #   bench/recipes.sh [--runs N] [--sizes "1 16 128"]
 #
@@ -24,18 +25,38 @@ done
 
 build_dir=${HUTCH_BUILD_DIR:-build}
 [[ -f $build_dir/CMakeCache.txt ]] || cmake -S . -B "$build_dir" >/dev/null
-cmake --build "$build_dir" --target hutch coldstart >/dev/null
+cmake --build "$build_dir" --target hutch hutchd coldstart daemon_bench >/dev/null
 hutch=$(realpath "${HUTCH:-$build_dir/hutch}")
 coldstart=$(realpath "$build_dir/bench/coldstart")
+daemon_bench=$(realpath "$build_dir/bench/daemon_bench")
+hutchd=$(realpath "$build_dir/daemon/hutchd")
 
 tmp=$(mktemp -d /tmp/hutch-bench-recipes.XXXXXX)
 chmod 755 "$tmp"  # the sandbox's root reads the recipe dir
 state=$tmp/state
+daemon=
 cleanup() {
-  # Every sandbox has ended by now, so no loop device holds a layer: the store is plain files.
+  set +e
+  # hutchd destroys its sandboxes as it exits; then no loop device holds a layer.
+  if [[ -n $daemon ]]; then
+    kill -TERM "$daemon" && wait "$daemon"
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+
+start_daemon() {
+  rm -f "$tmp/hutchd.sock"
+  "$hutchd" --socket "$tmp/hutchd.sock" --state-dir "$state" --destroy-on-exit "$@" \
+    2>>"$tmp/hutchd.log" &
+  daemon=$!
+  for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
+  [[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
+}
+stop_daemon() {
+  kill -TERM "$daemon" && wait "$daemon"
+  daemon=
+}
 
 now_ns() { date +%s%N; }
 ms() { awk -v ns="$1" 'BEGIN { printf "%.1f", ns / 1e6 }'; }
@@ -78,3 +99,25 @@ for size in $sizes; do
   tools+=("recipe-${size}m=$hutch --state-dir $state run --rootfs recipe:r$size -- /bin/true")
 done
 "$coldstart" --runs "$runs" --warmup 5 "${tools[@]}"
+echo
+
+echo "== snapshot: a live sandbox's upper dir captured as a layer, by size (hutchd)"
+start_daemon
+"$daemon_bench" --socket "$tmp/hutchd.sock" --snapshot-mib "${sizes// /,}" --runs 5
+echo "(frozen: the sandbox's processes are paused for the copy; capture adds the layer's digest"
+echo " and erofs image; request is the client's round trip)"
+echo
+
+first=${sizes%% *}
+echo "== create through hutchd: from the host rootfs, then from recipe r$first (no warm pool)"
+"$daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --runs "$runs"
+"$daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --runs "$runs" \
+  --create-body "{\"recipe\":\"r$first\"}"
+stop_daemon
+echo
+
+echo "== create through hutchd from recipe r$first with a warm pool of 4"
+start_daemon --warm-pool "recipe:r$first=4"
+"$daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --warm-pool --runs "$runs" \
+  --create-body "{\"recipe\":\"r$first\"}"
+stop_daemon

@@ -376,6 +376,7 @@ json snapshot_json(const std::string& name, const Snapshot& snapshot) {
           {"digest", snapshot.digest},
           {"files", snapshot.stats.files},
           {"bytes", snapshot.stats.bytes},
+          {"frozen_ms", snapshot.stats.frozen.count() / 1000.0},
           {"duration_ms", snapshot.duration_ms}};
 }
 

@@ -200,13 +200,18 @@ std::string snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, const s
     std::optional<SandboxCgroup>& cgroup_;
     bool frozen_ = false;
   } frozen(cgroup);
+  const auto freezing = std::chrono::steady_clock::now();
   if (auto r = frozen.freeze(); !r) return "error " + r.error().message();
   syncfs(upper_fd);
   auto copied = layers::copy_tree(upper_fd, parent.get(), path.filename());
   auto thawed = frozen.thaw();
+  const auto frozen_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - freezing)
+                             .count();
   if (!copied) return "error " + copied.error().message();
   if (!thawed) return "error " + thawed.error().message();
-  return "ok files=" + std::to_string(copied->files) + " bytes=" + std::to_string(copied->bytes);
+  return "ok files=" + std::to_string(copied->files) + " bytes=" + std::to_string(copied->bytes) +
+         " frozen_us=" + std::to_string(frozen_us);
 }
 
 // "oom_counter": "ok" with the cgroup's OOM counter file as an fd, so that hutchd reads the count
@@ -534,6 +539,8 @@ Result<SnapshotStats> LiveSandbox::snapshot(const std::string& dest_dir) const {
   for (std::string word; fields >> word;) {
     if (word.starts_with("files=")) stats.files = std::strtoull(word.c_str() + 6, nullptr, 10);
     if (word.starts_with("bytes=")) stats.bytes = std::strtoull(word.c_str() + 6, nullptr, 10);
+    if (word.starts_with("frozen_us="))
+      stats.frozen = std::chrono::microseconds(std::strtoull(word.c_str() + 10, nullptr, 10));
   }
   return stats;
 }

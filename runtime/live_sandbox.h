@@ -72,6 +72,8 @@ struct ExecExit {
 struct SnapshotStats {
   uint64_t files = 0;
   uint64_t bytes = 0;
+  // How long the sandbox was frozen (freeze, sync, copy, thaw): its processes' pause.
+  std::chrono::microseconds frozen{0};
 };
 
 // One running command. Move-only; destroying it closes the connection to the shim.

@@ -125,6 +125,9 @@ TEST_F(LayersTest, SnapshotWhileAProcessWritesCapturesCompleteFiles) {
   EXPECT_EQ(snapshot.body["name"], "busy");
   EXPECT_GT(snapshot.body["files"].get<uint64_t>(), 0u);
   EXPECT_GT(snapshot.body["bytes"].get<uint64_t>(), 0u);
+  // The freeze covers the copy only: more than nothing, less than the whole capture.
+  EXPECT_GT(snapshot.body["frozen_ms"].get<double>(), 0.0);
+  EXPECT_LT(snapshot.body["frozen_ms"].get<double>(), snapshot.body["duration_ms"].get<double>());
   std::string copy = create({{"recipe", "busy"}});
   ASSERT_FALSE(copy.empty());
   EXPECT_EQ(sh(copy, "wc -l < /root/data; tail -n 1 /root/data"), "20000\n20000\n");
