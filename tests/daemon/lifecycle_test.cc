@@ -106,6 +106,49 @@ TEST(WarmPoolTest, CreatesComeFromThePoolWhichRefillsAndNeverOutlivesHutchd) {
       204);
 }
 
+// A taken pool sandbox has two records (pooled.json from the pool, sandbox.json from the create):
+// after a kill -9 the next hutchd adopts it by sandbox.json, and destroys the idle ones.
+TEST(WarmPoolTest, AfterKill9TheTakenSandboxIsAdoptedAndIdleOnesDestroyed) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  Hutchd daemon(temp.path(), {"--warm-pool", "host=2"});
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  auto idle = [&] {
+    auto pools = daemon.get("/v1/pools");
+    return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
+  };
+  for (int i = 0; i < 1000 && idle() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(idle(), 2) << daemon.log();
+  auto created = daemon.post("/v1/sandboxes", {{"labels", {{"kept", "yes"}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  const std::string dir = daemon.state_dir() + "/sandboxes/" + id;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/pooled.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/sandbox.json"));
+  for (int i = 0; i < 1000 && idle() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(idle(), 2);
+  EXPECT_EQ(daemon.stop(SIGKILL), 128 + SIGKILL);
+
+  Hutchd again(temp.path());
+  ASSERT_TRUE(again.start()) << again.log();
+  auto health = again.get("/v1/health");
+  EXPECT_EQ(health.body["recovered"]["adopted"], 1) << health.raw;
+  EXPECT_EQ(health.body["recovered"]["removed"], 2) << health.raw;
+  auto adopted = again.get("/v1/sandboxes/" + id);
+  ASSERT_EQ(adopted.status, 200) << adopted.raw;
+  EXPECT_EQ(adopted.body["labels"]["kept"], "yes");
+  EXPECT_EQ(again.post("/v1/sandboxes/" + id + "/exec", {{"argv", {"true"}}}).body["exit_code"],
+            0);
+  EXPECT_EQ(again.del("/v1/sandboxes/" + id + "?wait=true").status, 204);
+  size_t left = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(again.state_dir() + "/sandboxes"))
+    ++left;
+  EXPECT_EQ(left, 0u);
+}
+
 TEST_F(DaemonTest, CreateRejectsBadConfig) {
   for (const json& body : {json{{"network", "host"}}, json{{"env", {{"1BAD", "x"}}}},
                            json{{"rootfs", "relative/dir"}}, json{{"rootfs", "/no/such/dir"}},
