@@ -255,6 +255,15 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
     launched.cgroup.emplace(std::move(*created));
   }
 
+  std::vector<UniqueFd> v1_task_files;
+  if (launched.cgroup) {
+    auto opened = launched.cgroup->open_v1_task_files();
+    if (!opened) return std::unexpected(opened.error());
+    v1_task_files = std::move(*opened);
+    prepared.child.v1_task_fds.clear();
+    for (const UniqueFd& fd : v1_task_files) prepared.child.v1_task_fds.push_back(fd.get());
+  }
+
   int pidfd = -1;
   clone_args args{};
   args.flags = kNamespaces | CLONE_PIDFD;
@@ -273,13 +282,8 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   launched.init.emplace(static_cast<pid_t>(pid), pidfd);
   const pid_t init = launched.init->pid();
   child_end.reset();
+  v1_task_files.clear();  // the child has its own copies and joins its v1 cgroups through them
 
-  if (launched.cgroup) {
-    // v1 has no CLONE_INTO_CGROUP: the child stays blocked on the sync socket until attached.
-    // On hybrid hosts this first v1 migration waits for an RCU grace period (several ms; the
-    // kernel's cgroup_threadgroup_rwsem), the one cost pure cgroup2 hosts do not pay.
-    if (auto r = launched.cgroup->attach(init); !r) return std::unexpected(r.error());
-  }
   if (auto r = write_maps(prepared, init, launched.sync.get()); !r)
     return std::unexpected(r.error());
   if (auto r = send_layers(prepared, skeleton, init, launched.sync.get()); !r)

@@ -164,6 +164,20 @@ Result<void> SandboxCgroup::attach(pid_t pid) {
   return {};
 }
 
+Result<std::vector<UniqueFd>> SandboxCgroup::open_v1_task_files() const {
+  if (dirs_.empty()) {
+    return plain_error("open cgroup tasks", "sandbox cgroup " + id_ + " is destroyed");
+  }
+  std::vector<UniqueFd> files;
+  for (const Dir& dir : dirs_) {
+    if (dir.hierarchy.version != CgroupVersion::kV1) continue;
+    UniqueFd fd(openat(dir.self.fd.get(), "tasks", O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return sys_error("open", dir.self.path + "/tasks");
+    files.push_back(std::move(fd));
+  }
+  return files;
+}
+
 Result<bool> SandboxCgroup::in_v2_tree(const Dir& dir, pid_t pid) {
   Result<std::vector<CgroupMembership>> memberships =
       read_proc_cgroups("/proc/" + std::to_string(pid) + "/cgroup");

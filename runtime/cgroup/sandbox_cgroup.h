@@ -47,6 +47,12 @@ class SandboxCgroup {
   // so that it never runs outside its v1 limits. Children it forks later inherit the cgroups.
   Result<void> attach(pid_t pid);
 
+  // The `tasks` file of every v1 dir, opened for writing: a process holding them (a child that
+  // inherited them) joins the v1 cgroups by writing "0" to each, which moves only the calling
+  // thread and so skips the kernel's global threadgroup lock that attach() pays for (an RCU grace
+  // period). Empty on pure cgroup2 hosts, where CLONE_INTO_CGROUP places the child.
+  Result<std::vector<UniqueFd>> open_v1_task_files() const;
+
   // cgroup.freeze (v1 freezer without cgroup2); returns once the kernel reports every task frozen
   // (thawed).
   Result<void> freeze();

@@ -88,8 +88,17 @@ namespace {
   if (recv_sync(sync_fd, &ready) <= 0 || ready.kind != SyncMessage::Kind::kMapsReady) {
     _exit(125);  // the parent gave up
   }
-  // Placed in every cgroup by now (v1 ones included, which clone3 cannot do): a cgroup
-  // namespace made here is rooted at them all, so the sandbox sees itself at "/" everywhere.
+  // cgroup v1 has no CLONE_INTO_CGROUP: this process joins its v1 dirs itself, before it runs
+  // anything of the workload's. Writing "0" to `tasks` moves the calling thread (the only one)
+  // without the kernel's global cgroup_threadgroup_rwsem, whose write side waits for an RCU grace
+  // period (7-23 ms measured) when the parent moves the pid through cgroup.procs. The fds were
+  // opened by host root, and the kernel checks the opener's credentials.
+  for (int fd : plan.v1_task_fds) {
+    if (write(fd, "0", 1) != 1) die_step(sync_fd, from, "write", "0 to a cgroup v1 tasks", errno);
+    close(fd);
+  }
+  // Placed in every cgroup by now: a cgroup namespace made here is rooted at them all, so the
+  // sandbox sees itself at "/" everywhere.
   if (unshare(CLONE_NEWCGROUP) != 0) die_step(sync_fd, from, "unshare", "CLONE_NEWCGROUP", errno);
   // The id maps exist now: become the namespace's root, so that files this process creates
   // get the mapped owner rather than an unmappable host root (EOVERFLOW), and shed host root's

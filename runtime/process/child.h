@@ -15,6 +15,9 @@ namespace hutch {
 // executes (it must not allocate: see STYLE.md "two error regimes").
 struct ChildPlan {
   int sync_fd = -1;
+  // The `tasks` files of the sandbox's cgroup v1 dirs, opened by the parent (host root): the
+  // child writes "0" to each to join them itself (see run_sandbox_child).
+  std::vector<int> v1_task_fds;
   // A live sandbox: init serves exec requests on this listening socket instead of running argv.
   int exec_listen_fd = -1;
   const MountPlan* mounts = nullptr;
