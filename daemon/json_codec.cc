@@ -279,6 +279,8 @@ SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir
   spec.limits.cpus = config.limits.cpus;
   spec.limits.cpu_weight = config.limits.cpu_weight;
   spec.state_dir = state_dir;
+  // SandboxRegistry::sweep_stale_cgroups does it at start and then every minute.
+  spec.sweep_stale_cgroups = false;
   return spec;
 }
 
@@ -309,6 +311,7 @@ json spec_to_json(const SandboxSpec& spec) {
       {"limits", limits},
       {"cgroup", spec.cgroup},
       {"cgroup_parent", spec.cgroup_parent},
+      {"sweep_stale_cgroups", spec.sweep_stale_cgroups},
       {"state_dir", spec.state_dir},
   };
 }
@@ -340,6 +343,7 @@ SandboxSpec spec_from_json(const json& j) {
   if (limits.contains("cpu_weight")) spec.limits.cpu_weight = limits["cpu_weight"].get<uint32_t>();
   spec.cgroup = j.at("cgroup").get<bool>();
   spec.cgroup_parent = j.at("cgroup_parent").get<std::string>();
+  spec.sweep_stale_cgroups = j.at("sweep_stale_cgroups").get<bool>();
   spec.state_dir = j.at("state_dir").get<std::string>();
   return spec;
 }

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "daemon/errors.h"
+#include "runtime/cgroup/stale.h"
 #include "runtime/process/pidfd.h"
 
 namespace hutch::daemon {
@@ -31,6 +32,7 @@ constexpr const char* kRecord = "sandbox.json";
 // written a while ago costs ~0.3 ms (the old inode's delayed blocks are dealt with at once),
 // renaming onto a free name ~0.05 ms, and this is on the create's path.
 constexpr const char* kPoolRecord = "pooled.json";
+constexpr auto kCgroupSweepInterval = std::chrono::minutes(1);
 
 std::string state_name(SandboxState state) {
   return state == SandboxState::kPaused ? "paused" : "running";
@@ -603,6 +605,16 @@ void SandboxRegistry::resume(Sandbox& sandbox) {
 }
 
 void SandboxRegistry::reap() {
+  const auto steady_now = std::chrono::steady_clock::now();
+  if (!last_cgroup_sweep_ || steady_now - *last_cgroup_sweep_ >= kCgroupSweepInterval) {
+    last_cgroup_sweep_ = steady_now;
+    auto removed = sweep_stale_cgroups();
+    if (!removed) {
+      spdlog::error("cgroup sweep: {}", removed.error().message());
+    } else if (*removed > 0) {
+      spdlog::info("cgroup sweep: removed {} cgroups of crashed sandboxes", *removed);
+    }
+  }
   auto now = std::chrono::system_clock::now();
   for (const auto& sandbox : list()) {
     const SandboxConfig& config = sandbox->config();

@@ -171,7 +171,9 @@ class SandboxRegistry {
     on_destroyed_ = std::move(hook);
   }
 
-  // The reaper's pass: sandboxes idle past their TTL, past max lifetime, or whose init died.
+  // The reaper's pass: sandboxes idle past their TTL, past max lifetime, or whose init died;
+  // and, at the first pass and then every minute, crashed runs' cgroups (the sandboxes hutchd
+  // creates skip that sweep: its cost grows with the number of live sandboxes).
   void reap();
   // --destroy-on-exit.
   void destroy_all();
@@ -201,6 +203,7 @@ class SandboxRegistry {
   std::deque<std::pair<std::shared_ptr<Sandbox>, std::string>> teardowns_;
   bool teardown_stopping_ = false;
   std::thread teardown_thread_;
+  std::optional<std::chrono::steady_clock::time_point> last_cgroup_sweep_;  // reaper thread only
 };
 
 }  // namespace hutch::daemon

@@ -113,7 +113,8 @@ Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>
 }
 
 // Limits from the spec (defaults for what it leaves unset), in a fresh cgroup per sandbox.
-// Leftovers of crashed runs are removed first, so they cannot pile up.
+// Leftovers of crashed runs are removed first (unless the caller sweeps on its own schedule), so
+// they cannot pile up.
 Result<SandboxCgroup> create_sandbox_cgroup(const SandboxSpec& spec) {
   auto layout = read_cgroup_layout();
   if (!layout) return std::unexpected(layout.error());
@@ -122,8 +123,9 @@ Result<SandboxCgroup> create_sandbox_cgroup(const SandboxSpec& spec) {
   auto plan = plan_cgroups(*layout, with_defaults(spec.limits, default_cgroup_limits(*ram)));
   if (!plan) return std::unexpected(plan.error());
   plan->parent = spec.cgroup_parent;
-  if (auto stale = remove_stale_cgroups(*layout, cgroup_owner_alive, spec.cgroup_parent); !stale) {
-    return std::unexpected(stale.error());
+  if (spec.sweep_stale_cgroups) {
+    auto stale = remove_stale_cgroups(*layout, cgroup_owner_alive, spec.cgroup_parent);
+    if (!stale) return std::unexpected(stale.error());
   }
   static uint64_t sequence = 0;
   auto id = make_sandbox_cgroup_id(sequence++);

@@ -59,6 +59,10 @@ struct SandboxSpec {
   CgroupLimits limits;  // unset fields get default_cgroup_limits()
   bool cgroup = true;   // false: no cgroup at all (no limits, no cgroup stats): trusted work only
   std::string cgroup_parent{kDefaultCgroupParent};  // <hierarchy>/<this>/<sandbox id>
+  // Remove crashed runs' cgroups under cgroup_parent before creating this one. Its cost grows
+  // with the number of live sandboxes; hutchd, which runs many, turns it off and sweeps
+  // periodically (sweep_stale_cgroups in runtime/cgroup/stale.h).
+  bool sweep_stale_cgroups = true;
   std::string state_dir = "/var/lib/hutch";
   // Capabilities every process keeps (a bit per CAP_* number), in the sandbox's user namespace
   // only. 0, the default: none at all. A recipe bake keeps kFileOwnershipCapabilities.

@@ -143,6 +143,8 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   std::vector<CgroupDir> parents;  // <mount>/hutch of each hierarchy that has one
   parents.reserve(hierarchies.size());
   std::map<std::string, std::vector<StaleDir>> stale;
+  // An id recurs in every hierarchy: its owner is looked up once (a /proc read per live owner).
+  std::map<std::string, bool, std::less<>> live;
   for (const Hierarchy& hierarchy : hierarchies) {
     Result<CgroupDir> root = open_cgroup_dir(hierarchy.mount_point);
     if (!root) return std::unexpected(root.error());
@@ -155,7 +157,9 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
     Result<std::vector<std::string>> ids = list_cgroup_subdirs(parents.back());
     if (!ids) return std::unexpected(ids.error());
     for (const std::string& id : *ids) {
-      if (!is_live(id)) stale[id].push_back({&parents.back(), hierarchy.v2, hierarchy.freezer});
+      auto known = live.find(id);
+      if (known == live.end()) known = live.emplace(id, is_live(id)).first;
+      if (!known->second) stale[id].push_back({&parents.back(), hierarchy.v2, hierarchy.freezer});
     }
   }
   int removed = 0;
@@ -171,6 +175,12 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   }
   if (!first_error) return std::unexpected(first_error.error());
   return removed;
+}
+
+Result<int> sweep_stale_cgroups(std::string_view parent) {
+  auto layout = read_cgroup_layout();
+  if (!layout) return std::unexpected(layout.error());
+  return remove_stale_cgroups(*layout, cgroup_owner_alive, parent);
 }
 
 }  // namespace hutch

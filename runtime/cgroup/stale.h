@@ -47,4 +47,9 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
                                  const std::function<bool(std::string_view id)>& is_live,
                                  std::string_view parent = kDefaultCgroupParent);
 
+// remove_stale_cgroups on this host's layout with cgroup_owner_alive: what a sandbox's creation
+// does first unless its spec says sweep_stale_cgroups = false (hutchd sweeps on its own
+// schedule instead: each sweep reads /proc once per live sandbox).
+Result<int> sweep_stale_cgroups(std::string_view parent = kDefaultCgroupParent);
+
 }  // namespace hutch

@@ -135,6 +135,34 @@ TEST_F(RecoveryTest, DeadSandboxesAreRemovedAndReported) {
   EXPECT_NE(daemon_->log().find("sandbox=" + id), std::string::npos);
 }
 
+// hutchd's sandboxes do not sweep crashed runs' cgroups at each create (the cost grows with the
+// number of live sandboxes): hutchd does, at its start and every minute. A supervisor killed
+// with SIGKILL cannot remove its sandbox's cgroups; the next hutchd's sweep does (or, when tests
+// run in parallel, any `hutch run` that starts meanwhile).
+TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  auto created = daemon_->post("/v1/sandboxes", json::object());
+  ASSERT_EQ(created.status, 201);
+  const json ref = record(created.body["id"])["ref"];
+  const std::vector<std::string> dirs = cgroup_dirs(ref["init_pid"]);
+  ASSERT_FALSE(dirs.empty());
+  daemon_->stop(SIGKILL);
+  const int supervisor = ref["supervisor_pid"];
+  ::kill(supervisor, SIGKILL);
+  for (int i = 0; i < 100 && process_running(supervisor); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (const std::string& dir : dirs) EXPECT_TRUE(std::filesystem::exists(dir)) << dir;
+
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  for (const std::string& dir : dirs) {
+    for (int i = 0; i < 100 && std::filesystem::exists(dir); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+  }
+}
+
 TEST_F(RecoveryTest, DestroyOnExitLeavesNothing) {
   daemon_ = std::make_unique<Hutchd>(temp_.path(), std::vector<std::string>{"--destroy-on-exit"});
   ASSERT_TRUE(daemon_->start()) << daemon_->log();
