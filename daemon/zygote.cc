@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "daemon/json_codec.h"
+#include "runtime/fs/host_rootfs.h"
 #include "runtime/process/sync.h"
 #include "seccomp/default_program.h"
 
@@ -35,7 +36,8 @@ void write_line(int fd, const std::string& line) {
 
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
 // session (a terminal's ^C to hutchd's process group must not reach sandboxes), no hutchd stdio.
-[[noreturn]] void run_supervisor(const nlohmann::json& request, int ready_fd) {
+[[noreturn]] void run_supervisor(const nlohmann::json& request, SandboxSpec spec, int ready_fd,
+                                 UniqueFd skeleton) {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP)
       ::signal(sig, SIG_DFL);  // SIGCHLD too: the zygote ignores it
@@ -55,10 +57,10 @@ void write_line(int fd, const std::string& line) {
     dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO);
   }
   write_line(ready_fd, "supervisor " + std::to_string(getpid()) + "\n");
-  SandboxSpec spec = spec_from_json(request.at("spec"));
   spec.seccomp = default_seccomp_program();
   int status = serve_sandbox(spec, request.at("exec_socket").get<std::string>(),
-                             request.at("supervisor_socket").get<std::string>(), ready_fd);
+                             request.at("supervisor_socket").get<std::string>(), ready_fd,
+                             std::move(skeleton));
   _exit(status);
 }
 
@@ -105,37 +107,36 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
   ::signal(SIGTERM, SIG_IGN);
   ::signal(SIGHUP, SIG_IGN);
   ::signal(SIGPIPE, SIG_IGN);
+  // Sandboxes on the host rootfs get a clone of one skeleton, rebuilt when the host changes.
+  Result<SkeletonCache> skeletons = SkeletonCache::for_this_host();
   std::vector<char> buffer(kMaxMessage);
   for (;;) {
-    iovec iov{buffer.data(), buffer.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) _exit(0);  // hutchd is gone
     int ready_fd = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-        std::memcpy(&ready_fd, CMSG_DATA(c), sizeof ready_fd);
-    }
-    if (ready_fd < 0) continue;
+    int fd_count = 1;
+    long n = recv_with_fds(sock, buffer.data(), buffer.size(), &ready_fd, &fd_count);
+    if (n == -EINTR) continue;
+    if (n <= 0) _exit(0);  // hutchd is gone
+    if (fd_count != 1) continue;
     nlohmann::json request;
+    SandboxSpec spec;
     try {
       request = nlohmann::json::parse(std::string_view(buffer.data(), static_cast<size_t>(n)));
-      (void)spec_from_json(request.at("spec"));  // validate before forking
+      spec = spec_from_json(request.at("spec"));
     } catch (const std::exception& e) {
       write_line(ready_fd, std::string("error zygote: bad request: ") + e.what() + "\n");
       ::close(ready_fd);
       continue;
     }
+    // Without one (a failed build), the supervisor plans and builds its own and reports
+    // whatever fails there.
+    UniqueFd skeleton;
+    if (skeletons && spec.lower_dirs.empty()) {
+      if (auto taken = skeletons->take(spec.ids.host_base)) skeleton = std::move(*taken);
+    }
     pid_t pid = fork();
     if (pid == 0) {
       ::close(sock);
-      run_supervisor(request, ready_fd);
+      run_supervisor(request, std::move(spec), ready_fd, std::move(skeleton));
     }
     if (pid < 0) write_line(ready_fd, std::string("error fork: ") + std::strerror(errno) + "\n");
     ::close(ready_fd);

@@ -71,8 +71,8 @@ Result<void> prepare_upper_dir(const SandboxSpec& spec) {
 
 // Part two, while the child sets up its staging area: the lower trees. Idmapped through the
 // child's user namespace, host root's files appear as the sandbox root's.
-Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>& skeleton,
-                         pid_t pid, int sync_fd) {
+Result<void> send_layers(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
+                         int sync_fd) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
@@ -85,7 +85,10 @@ Result<void> send_layers(const Prepared& prepared, std::future<Result<UniqueFd>>
     fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
   }
-  if (skeleton.valid()) {
+  if (prepared.prebuilt_skeleton) {
+    fds.push_back(prepared.prebuilt_skeleton.get());
+    trees.push_back(std::move(prepared.prebuilt_skeleton));
+  } else if (skeleton.valid()) {
     auto built = skeleton.get();
     if (!built) return std::unexpected(built.error());
     fds.push_back(built->get());
@@ -166,11 +169,13 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
                                      std::to_string(spec.ids.count - 1));
   }
   out.host_rootfs = spec.lower_dirs.empty();
-  if (out.host_rootfs) {
+  if (out.host_rootfs && !out.prebuilt_skeleton) {
     // Planned before clone3: afterwards every page the parent writes is a copy-on-write fault.
     auto entries = plan_this_host_skeleton();
     if (!entries) return std::unexpected(entries.error());
     out.skeleton = std::move(*entries);
+  }
+  if (out.host_rootfs) {
     out.lowers = {"/"};
   } else {
     for (const std::string& dir : spec.lower_dirs) {
@@ -243,7 +248,7 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   // after clone3, while the child sets up its staging area. Planning it stays in prepare():
   // after clone3 its allocations would fault.
   std::future<Result<UniqueFd>> skeleton;
-  if (prepared.host_rootfs) {
+  if (prepared.host_rootfs && !prepared.prebuilt_skeleton) {
     skeleton =
         std::async(skeleton_on_thread ? std::launch::async : std::launch::deferred,
                    build_skeleton_mount, std::cref(prepared.skeleton), prepared.spec.ids.host_base);

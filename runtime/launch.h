@@ -25,6 +25,9 @@ struct Prepared {
   SandboxSpec spec;  // with canonical paths
   bool host_rootfs = false;
   std::vector<SkeletonEntry> skeleton;  // the host rootfs's skeleton layer, topmost
+  // Set before prepare() by a caller with a SkeletonCache: used instead of planning and
+  // building the skeleton.
+  UniqueFd prebuilt_skeleton;
   std::vector<std::string> layers;      // spec.layers, canonical: above the skeleton
   std::vector<std::string> lowers;      // host directories, below the skeleton
   MountPlan mounts;
@@ -65,10 +68,10 @@ struct Launched {
   UniqueFd sync;  // the parent's end of the sync socket
 };
 
-// Creates the cgroups (limits written), clone3s the child into its namespaces, attaches it to v1
-// hierarchies, writes its id maps and sends it the lower layers. `skeleton_on_thread`: build the
-// host rootfs's skeleton on a second thread meanwhile (faster; the child must then not allocate,
-// because clone3 may copy a lock that thread holds).
+// Creates the cgroups (limits written), clone3s the child into its namespaces (it joins its v1
+// cgroups itself), writes its id maps and sends it the lower layers. `skeleton_on_thread`: build
+// the host rootfs's skeleton (unless prebuilt) on a second thread meanwhile (faster; the child
+// must then not allocate, because clone3 may copy a lock that thread holds).
 Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread);
 
 }  // namespace hutch

@@ -39,9 +39,11 @@ struct LiveSandboxRef {
 // spec.argv is ignored. Writes one line to ready_fd and closes it: "ok <init pid> <supervisor
 // pid> <supervisor start time>\n" once init serves, or "error <message>\n" (read it with
 // read_serve_ready). Returns the process's exit status when the sandbox is gone (0 after a
-// requested destroy or init's exit, 125 when it could not be built).
+// requested destroy or init's exit, 125 when it could not be built). `skeleton`: the host
+// rootfs's skeleton from a SkeletonCache (empty: plan and build it here).
 int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
-                  const std::string& supervisor_socket, int ready_fd);
+                  const std::string& supervisor_socket, int ready_fd,
+                  UniqueFd skeleton = UniqueFd());
 
 // The other end of serve_sandbox's ready_fd: waits up to `timeout` for its line. The Error of a
 // failed build carries the supervisor's message.

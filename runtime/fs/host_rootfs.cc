@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -29,6 +31,12 @@ std::optional<std::vector<std::string>> list_host_dir(const std::string& path) {
   }
   closedir(dir);
   return names;
+}
+
+// The embedded rootfs/host.list, parsed once (parse_host_rootfs_list is declared in the header).
+const Result<std::vector<HostRootfsRule>>& this_host_rules() {
+  static const auto rules = parse_host_rootfs_list(kHostRootfsList);
+  return rules;
 }
 
 }  // namespace
@@ -106,7 +114,7 @@ std::vector<SkeletonEntry> plan_host_skeleton(const std::vector<HostRootfsRule>&
 }
 
 Result<std::vector<SkeletonEntry>> plan_this_host_skeleton() {
-  static const auto rules = parse_host_rootfs_list(kHostRootfsList);
+  const auto& rules = this_host_rules();
   if (!rules) return std::unexpected(rules.error());
   return plan_host_skeleton(*rules, list_host_dir);
 }
@@ -153,6 +161,86 @@ Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries,
     return sys_error("mount_setattr", "MOUNT_ATTR_RDONLY on the skeleton");
   }
   return root;
+}
+
+// ---- SkeletonCache ----
+
+namespace {
+
+// A directory's mtime this close to now may still change within the same clock tick.
+constexpr time_t kStableAfterSeconds = 1;
+
+}  // namespace
+
+bool SkeletonCache::Stamp::operator==(const Stamp& other) const {
+  return path == other.path && exists == other.exists && dev == other.dev && ino == other.ino &&
+         mtime.tv_sec == other.mtime.tv_sec && mtime.tv_nsec == other.mtime.tv_nsec;
+}
+
+SkeletonCache::SkeletonCache(std::vector<HostRootfsRule> rules, std::string root)
+    : rules_(std::move(rules)), root_(root == "/" ? "" : std::move(root)) {}
+
+Result<SkeletonCache> SkeletonCache::for_this_host() {
+  const auto& rules = this_host_rules();
+  if (!rules) return std::unexpected(rules.error());
+  return SkeletonCache(*rules);
+}
+
+SkeletonCache::Stamp SkeletonCache::stamp(const std::string& path) {
+  Stamp out;
+  out.path = path;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    out.exists = true;
+    out.dev = st.st_dev;
+    out.ino = st.st_ino;
+    out.mtime = st.st_mtim;
+  }
+  return out;
+}
+
+bool SkeletonCache::fresh(uid_t owner) const {
+  if (!skeleton_ || !stable_ || owner != owner_) return false;
+  for (const Stamp& before : stamps_) {
+    if (!(stamp(before.path) == before)) return false;
+  }
+  return true;
+}
+
+Result<void> SkeletonCache::rebuild(uid_t owner) {
+  std::vector<Stamp> stamps;
+  // Stamped before listed: a change during the listing shows at the next take.
+  auto list = [&](const std::string& dir) {
+    stamps.push_back(stamp(root_ + dir));
+    return list_host_dir(root_ + dir);
+  };
+  std::vector<SkeletonEntry> entries = plan_host_skeleton(rules_, list);
+  auto built = build_skeleton_mount(entries, owner);
+  if (!built) return std::unexpected(built.error());
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  stable_ = std::all_of(stamps.begin(), stamps.end(), [&](const Stamp& s) {
+    return !s.exists || now.tv_sec - s.mtime.tv_sec > kStableAfterSeconds;
+  });
+  skeleton_ = std::move(*built);
+  stamps_ = std::move(stamps);
+  owner_ = owner;
+  ++builds_;
+  return {};
+}
+
+Result<UniqueFd> SkeletonCache::take(uid_t owner) {
+  if (clone_unsupported_) return UniqueFd();
+  if (!fresh(owner)) {
+    if (auto r = rebuild(owner); !r) return std::unexpected(r.error());
+  }
+  UniqueFd copy(open_tree(skeleton_.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+  if (!copy) {
+    if (errno != EINVAL) return sys_error("open_tree", "OPEN_TREE_CLONE of the cached skeleton");
+    clone_unsupported_ = true;
+    skeleton_.reset();
+  }
+  return copy;
 }
 
 }  // namespace hutch

@@ -51,4 +51,47 @@ Result<std::vector<SkeletonEntry>> plan_this_host_skeleton();
 // of the sandbox's root). Opaque directories need user xattrs on tmpfs (Linux 6.6).
 Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries, uid_t owner);
 
+// The skeleton built once and handed out as clones, for a long-lived process that starts many
+// sandboxes (hutchd's zygote): planning and building it cost ~0.6 ms per sandbox. It is planned
+// and built again whenever a host directory it lists changed since: each take() compares their
+// inode and mtime with what they were before the listing. A directory modified less than a
+// second before it was listed is not trusted to be stable (mtime has jiffy granularity): such a
+// build serves one take only. Not thread-safe.
+class SkeletonCache {
+ public:
+  // `root` prefixes the host paths of `rules` ("/" for this host; a test tree in tests).
+  SkeletonCache(std::vector<HostRootfsRule> rules, std::string root = "/");
+  // This host, with the embedded rootfs/host.list.
+  static Result<SkeletonCache> for_this_host();
+
+  // A detached read-only copy of the skeleton for a sandbox whose root is host id `owner`. An
+  // empty fd when this kernel cannot clone a detached mount (open_tree: Linux 6.15): callers
+  // then build their own, as without a cache.
+  Result<UniqueFd> take(uid_t owner);
+  // How many times the skeleton was planned and built (for tests and logs).
+  size_t builds() const { return builds_; }
+
+ private:
+  struct Stamp {
+    std::string path;
+    bool exists = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    timespec mtime{};
+    bool operator==(const Stamp& other) const;
+  };
+  static Stamp stamp(const std::string& path);
+  bool fresh(uid_t owner) const;
+  Result<void> rebuild(uid_t owner);
+
+  std::vector<HostRootfsRule> rules_;
+  std::string root_;
+  UniqueFd skeleton_;
+  uid_t owner_ = 0;
+  std::vector<Stamp> stamps_;
+  bool stable_ = false;
+  bool clone_unsupported_ = false;
+  size_t builds_ = 0;
+};
+
 }  // namespace hutch
