@@ -293,9 +293,15 @@ void Routes::install(httplib::Server& server, bool tcp) const {
                           "application/json");
           return httplib::Server::HandlerResponse::Handled;
         }
-        res.set_content(
-            error_body(status_code_name(res.status), "HTTP " + std::to_string(res.status)),
-            "application/json");
+        std::string message = "HTTP " + std::to_string(res.status);
+        // cpp-httplib parses form bodies itself and caps them at 8 KiB: `curl -d` sends JSON
+        // with this type unless told otherwise.
+        if (res.status == 413 &&
+            req.get_header_value("Content-Type") == "application/x-www-form-urlencoded") {
+          message += ": bodies sent as application/x-www-form-urlencoded are limited to 8 KiB;"
+                     " send JSON with Content-Type: application/json";
+        }
+        res.set_content(error_body(status_code_name(res.status), message), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
   server.set_payload_max_length(options.max_file_bytes + (1 << 20));

@@ -200,6 +200,13 @@ TEST_F(DaemonTest, ErrorsHaveStableCodes) {
                                 "{\"command\":\"" + std::string(9 << 20, 'a') + "\"}");
   EXPECT_EQ(huge.status, 413);
   EXPECT_EQ(error_code(huge), "payload_too_large");
+  // `curl -d` labels JSON as a form; cpp-httplib caps forms at 8 KiB: the error says what to do.
+  auto form = daemon_->client()->Post("/v1/sandboxes/" + id + "/exec",
+                                      "{\"command\":\"" + std::string(20000, 'a') + "\"}",
+                                      "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(form->body.find("Content-Type: application/json"), std::string::npos) << form->body;
   auto no_route = daemon_->get("/v2/nothing");
   EXPECT_EQ(no_route.status, 404);
   EXPECT_EQ(error_code(no_route), "not_found");
