@@ -10,28 +10,15 @@ build_dir=${HUTCH_BUILD_DIR:-build}
 cmake --build "$build_dir" --target hutchd hutch daemon_bench >/dev/null
 
 tmp=$(mktemp -d /tmp/hutch-bench-daemon.XXXXXX)
-daemon=
+hutchd=$(realpath "$build_dir/daemon/hutchd")
+state=$tmp/state
+source bench/hutchd_lib.sh
 cleanup() {
   set +e
-  if [[ -n $daemon ]]; then
-    kill -TERM "$daemon" && wait "$daemon"
-  fi
+  stop_daemon_if_running
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-
-start_daemon() {
-  rm -f "$tmp/hutchd.sock"
-  "$build_dir/daemon/hutchd" --socket "$tmp/hutchd.sock" --state-dir "$tmp/state" \
-    --destroy-on-exit "$@" 2>"$tmp/hutchd.log" &
-  daemon=$!
-  for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
-  [[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
-}
-stop_daemon() {
-  kill -TERM "$daemon" && wait "$daemon"
-  daemon=
-}
 
 peers=(--peer "fork-exec=/bin/true")
 peers+=(--peer "hutch-run=$(realpath "$build_dir/hutch") run --no-limits -- /bin/true")

@@ -34,29 +34,14 @@ hutchd=$(realpath "$build_dir/daemon/hutchd")
 tmp=$(mktemp -d /tmp/hutch-bench-recipes.XXXXXX)
 chmod 755 "$tmp"  # the sandbox's root reads the recipe dir
 state=$tmp/state
-daemon=
+source bench/hutchd_lib.sh
 cleanup() {
   set +e
-  # hutchd destroys its sandboxes as it exits; then no loop device holds a layer.
-  if [[ -n $daemon ]]; then
-    kill -TERM "$daemon" && wait "$daemon"
-  fi
+  # Once hutchd has destroyed its sandboxes, no loop device holds a layer.
+  stop_daemon_if_running
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-
-start_daemon() {
-  rm -f "$tmp/hutchd.sock"
-  "$hutchd" --socket "$tmp/hutchd.sock" --state-dir "$state" --destroy-on-exit "$@" \
-    2>>"$tmp/hutchd.log" &
-  daemon=$!
-  for _ in $(seq 100); do [[ -S $tmp/hutchd.sock ]] && break; sleep 0.05; done
-  [[ -S $tmp/hutchd.sock ]] || { cat "$tmp/hutchd.log" >&2; exit 1; }
-}
-stop_daemon() {
-  kill -TERM "$daemon" && wait "$daemon"
-  daemon=
-}
 
 now_ns() { date +%s%N; }
 ms() { awk -v ns="$1" 'BEGIN { printf "%.1f", ns / 1e6 }'; }

@@ -51,18 +51,26 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+// How many idle sandboxes hutchd's one warm pool holds, once it holds `want` (or 10 s passed).
+int wait_for_idle(const Hutchd& daemon, int want) {
+  auto idle = [&] {
+    auto pools = daemon.get("/v1/pools");
+    return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
+  };
+  int seen = idle();
+  for (int i = 0; i < 1000 && seen < want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    seen = idle();
+  }
+  return seen;
+}
+
 TEST(WarmPoolTest, CreatesComeFromThePoolWhichRefillsAndNeverOutlivesHutchd) {
   HUTCH_REQUIRE_ROOT();
   TempDir temp;
   Hutchd daemon(temp.path(), {"--warm-pool", "host=2"});
   ASSERT_TRUE(daemon.start()) << daemon.log();
-  auto idle = [&] {
-    auto pools = daemon.get("/v1/pools");
-    return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
-  };
-  for (int i = 0; i < 1000 && idle() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(idle(), 2) << daemon.log();
+  ASSERT_EQ(wait_for_idle(daemon, 2), 2) << daemon.log();
 
   auto created =
       daemon.post("/v1/sandboxes", {{"labels", {{"from", "pool"}}}, {"env", {{"X", "1"}}}});
@@ -82,9 +90,7 @@ TEST(WarmPoolTest, CreatesComeFromThePoolWhichRefillsAndNeverOutlivesHutchd) {
       daemon.client()->Get("/v1/sandboxes/" + limited.body["id"].get<std::string>() + "/logs");
   EXPECT_NE(limited_logs->body.find("\"warm_pool\":false"), std::string::npos);
 
-  for (int i = 0; i < 1000 && idle() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(idle(), 2) << "the pool refills";
+  EXPECT_EQ(wait_for_idle(daemon, 2), 2) << "the pool refills";
 
   // Without --destroy-on-exit hutchd leaves user sandboxes running, but never idle pool ones.
   std::vector<std::string> pool_dirs;
@@ -113,22 +119,14 @@ TEST(WarmPoolTest, AfterKill9TheTakenSandboxIsAdoptedAndIdleOnesDestroyed) {
   TempDir temp;
   Hutchd daemon(temp.path(), {"--warm-pool", "host=2"});
   ASSERT_TRUE(daemon.start()) << daemon.log();
-  auto idle = [&] {
-    auto pools = daemon.get("/v1/pools");
-    return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
-  };
-  for (int i = 0; i < 1000 && idle() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(idle(), 2) << daemon.log();
+  ASSERT_EQ(wait_for_idle(daemon, 2), 2) << daemon.log();
   auto created = daemon.post("/v1/sandboxes", {{"labels", {{"kept", "yes"}}}});
   ASSERT_EQ(created.status, 201) << created.raw;
   const std::string id = created.body["id"];
   const std::string dir = daemon.state_dir() + "/sandboxes/" + id;
   EXPECT_TRUE(std::filesystem::exists(dir + "/pooled.json"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/sandbox.json"));
-  for (int i = 0; i < 1000 && idle() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(idle(), 2);
+  ASSERT_EQ(wait_for_idle(daemon, 2), 2);
   EXPECT_EQ(daemon.stop(SIGKILL), 128 + SIGKILL);
 
   Hutchd again(temp.path());
