@@ -23,6 +23,7 @@
 #include "daemon/sandbox_registry.h"
 #include "daemon/server.h"
 #include "daemon/zygote.h"
+#include "runtime/cgroup/plan.h"
 
 namespace {
 
@@ -72,6 +73,9 @@ int main(int argc, char** argv) {
   app.add_flag("--destroy-on-exit", destroy_on_exit,
                "Destroy every sandbox on exit (default: leave them for the next hutchd)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error");
+  std::string cgroup_parent{hutch::kDefaultCgroupParent};
+  app.add_option("--cgroup-parent", cgroup_parent,
+                 "Sandboxes' cgroups go in <hierarchy>/<NAME>/ (default hutch)");
   std::vector<std::string> warm_pool_specs;
   app.add_option("--warm-pool", warm_pool_specs,
                  "ROOTFS=N: keep N idle sandboxes of ROOTFS (host, recipe:NAME, a dir) ready for "
@@ -79,6 +83,8 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
 
+  if (auto checked = hutch::check_cgroup_parent(cgroup_parent); !checked)
+    return fail("--cgroup-parent: " + checked.error().message());
   std::map<std::string, size_t> warm_pools;
   for (const std::string& spec : warm_pool_specs) {
     size_t eq = spec.rfind('=');
@@ -146,7 +152,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   Metrics metrics;
-  SandboxRegistry registry(state_dir, *zygote, metrics);
+  SandboxRegistry registry(state_dir, cgroup_parent, *zygote, metrics);
   RecoveryReport recovered = registry.recover();
   spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
 

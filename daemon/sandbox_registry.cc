@@ -326,6 +326,7 @@ SpawnedSandbox SandboxRegistry::spawn(const SandboxConfig& config, const std::st
   write_atomically(dir, record_name,
                    json{{"version", 1}, {"id", id}, {"state", "creating"}}.dump() + "\n");
   SandboxSpec spec = build_spec(config, state_dir_);
+  spec.cgroup_parent = cgroup_parent_;
   auto ref = zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
                            dir + "/supervisor.log", kStartTimeout);
   if (!ref) {
@@ -608,7 +609,7 @@ void SandboxRegistry::reap() {
   const auto steady_now = std::chrono::steady_clock::now();
   if (!last_cgroup_sweep_ || steady_now - *last_cgroup_sweep_ >= kCgroupSweepInterval) {
     last_cgroup_sweep_ = steady_now;
-    auto removed = sweep_stale_cgroups();
+    auto removed = sweep_stale_cgroups(cgroup_parent_);
     if (!removed) {
       spdlog::error("cgroup sweep: {}", removed.error().message());
     } else if (*removed > 0) {

@@ -118,8 +118,12 @@ struct RecoveryReport {
 
 class SandboxRegistry {
  public:
-  SandboxRegistry(std::string state_dir, const Zygote& zygote, Metrics& metrics)
-      : state_dir_(std::move(state_dir)), zygote_(zygote), metrics_(metrics) {}
+  SandboxRegistry(std::string state_dir, std::string cgroup_parent, const Zygote& zygote,
+                  Metrics& metrics)
+      : state_dir_(std::move(state_dir)),
+        cgroup_parent_(std::move(cgroup_parent)),
+        zygote_(zygote),
+        metrics_(metrics) {}
   ~SandboxRegistry();  // finishes queued teardowns
 
   // <state>/sandboxes/<16-char id>/supervisor.sock must fit sockaddr_un (107 bytes + NUL).
@@ -190,6 +194,7 @@ class SandboxRegistry {
   void teardown_loop();
 
   std::string state_dir_;
+  std::string cgroup_parent_;
   const Zygote& zygote_;
   Metrics& metrics_;
   RecoveryReport recovered_;

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "daemon/json_codec.h"
 #include "runtime/fs/host_rootfs.h"
+#include "runtime/ns/net.h"
 #include "runtime/process/sync.h"
 #include "seccomp/default_program.h"
 
@@ -23,6 +25,7 @@ namespace hutch::daemon {
 namespace {
 
 constexpr size_t kMaxMessage = 192 * 1024;  // below the default SEQPACKET send buffer
+constexpr size_t kNetnsAhead = 4;
 
 void write_line(int fd, const std::string& line) {
   size_t done = 0;
@@ -37,7 +40,7 @@ void write_line(int fd, const std::string& line) {
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
 // session (a terminal's ^C to hutchd's process group must not reach sandboxes), no hutchd stdio.
 [[noreturn]] void run_supervisor(const nlohmann::json& request, SandboxSpec spec, int ready_fd,
-                                 UniqueFd skeleton) {
+                                 MadeAhead made) {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP)
       ::signal(sig, SIG_DFL);  // SIGCHLD too: the zygote ignores it
@@ -60,7 +63,7 @@ void write_line(int fd, const std::string& line) {
   spec.seccomp = default_seccomp_program();
   int status = serve_sandbox(spec, request.at("exec_socket").get<std::string>(),
                              request.at("supervisor_socket").get<std::string>(), ready_fd,
-                             std::move(skeleton));
+                             std::move(made));
   _exit(status);
 }
 
@@ -109,12 +112,30 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
   ::signal(SIGPIPE, SIG_IGN);
   // Sandboxes on the host rootfs get a clone of one skeleton, rebuilt when the host changes.
   Result<SkeletonCache> skeletons = SkeletonCache::for_this_host();
+  // Network namespaces made while no request waits, each given to one sandbox. Creating one
+  // costs ~0.3 ms; a failure turns this off, and supervisors then make their own (reporting
+  // what fails there).
+  std::deque<UniqueFd> ready_netns;
+  bool make_netns_ahead = true;
   std::vector<char> buffer(kMaxMessage);
   for (;;) {
+    if (make_netns_ahead && ready_netns.size() < kNetnsAhead) {
+      pollfd pending{sock, POLLIN, 0};
+      if (::poll(&pending, 1, 0) == 0) {
+        auto made = make_loopback_netns();
+        if (made) {
+          ready_netns.push_back(std::move(*made));
+        } else {
+          write_line(STDERR_FILENO, "hutchd-zygote: network namespaces are not made ahead: " +
+                                        made.error().message() + "\n");
+          make_netns_ahead = false;
+        }
+        continue;
+      }
+    }
     int ready_fd = -1;
     int fd_count = 1;
     long n = recv_with_fds(sock, buffer.data(), buffer.size(), &ready_fd, &fd_count);
-    if (n == -EINTR) continue;
     if (n <= 0) _exit(0);  // hutchd is gone
     if (fd_count != 1) continue;
     nlohmann::json request;
@@ -127,16 +148,21 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
       ::close(ready_fd);
       continue;
     }
+    MadeAhead made;
     // Without one (a failed build), the supervisor plans and builds its own and reports
     // whatever fails there.
-    UniqueFd skeleton;
     if (skeletons && spec.lower_dirs.empty()) {
-      if (auto taken = skeletons->take(spec.ids.host_base)) skeleton = std::move(*taken);
+      if (auto taken = skeletons->take(spec.ids.host_base)) made.skeleton = std::move(*taken);
+    }
+    if (spec.net == NetMode::kLoopback && !ready_netns.empty()) {
+      made.netns = std::move(ready_netns.front());
+      ready_netns.pop_front();
     }
     pid_t pid = fork();
     if (pid == 0) {
       ::close(sock);
-      run_supervisor(request, std::move(spec), ready_fd, std::move(skeleton));
+      ready_netns.clear();  // other sandboxes' namespaces
+      run_supervisor(request, std::move(spec), ready_fd, std::move(made));
     }
     if (pid < 0) write_line(ready_fd, std::string("error fork: ") + std::strerror(errno) + "\n");
     ::close(ready_fd);

@@ -219,6 +219,8 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   child.seccomp = &spec.seccomp;
   child.hostname = spec.hostname.c_str();
   child.loopback_up = spec.net == NetMode::kLoopback;
+  // A ready network namespace is only for a sandbox that wants loopback.
+  if (spec.net != NetMode::kLoopback) out.prebuilt_netns.reset();
   child.uid = spec.uid;
   child.gid = spec.gid;
   child.workdir = spec.workdir.c_str();
@@ -274,6 +276,13 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   int pidfd = -1;
   clone_args args{};
   args.flags = kNamespaces | CLONE_PIDFD;
+  if (prepared.prebuilt_netns) {
+    if (setns(prepared.prebuilt_netns.get(), CLONE_NEWNET) != 0)
+      return sys_error("setns", "the sandbox's network namespace (made ahead)");
+    prepared.prebuilt_netns.reset();
+    args.flags &= ~static_cast<uint64_t>(CLONE_NEWNET);
+    prepared.child.loopback_up = false;  // up since it was made
+  }
   if (launched.cgroup && launched.cgroup->v2_dir_fd() >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
     args.cgroup = static_cast<uint64_t>(launched.cgroup->v2_dir_fd());

@@ -28,6 +28,9 @@ struct Prepared {
   // Set before prepare() by a caller with a SkeletonCache: used instead of planning and
   // building the skeleton.
   UniqueFd prebuilt_skeleton;
+  // A network namespace made ahead with lo up (make_loopback_netns), for NetMode::kLoopback:
+  // the caller joins it and the child is created in it, without CLONE_NEWNET.
+  UniqueFd prebuilt_netns;
   std::vector<std::string> layers;      // spec.layers, canonical: above the skeleton
   std::vector<std::string> lowers;      // host directories, below the skeleton
   MountPlan mounts;
@@ -69,7 +72,9 @@ struct Launched {
 };
 
 // Creates the cgroups (limits written), clone3s the child into its namespaces (it joins its v1
-// cgroups itself), writes its id maps and sends it the lower layers. `skeleton_on_thread`: build
+// cgroups itself), writes its id maps and sends it the lower layers. With a prebuilt netns the
+// calling process joins that network namespace for good (a supervisor, which lives for the
+// sandbox only). `skeleton_on_thread`: build
 // the host rootfs's skeleton (unless prebuilt) on a second thread meanwhile (faster; the child
 // must then not allocate, because clone3 may copy a lock that thread holds).
 Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread);

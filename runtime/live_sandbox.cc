@@ -239,7 +239,7 @@ bool process_running(int pidfd) {
 }  // namespace
 
 int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
-                  const std::string& supervisor_socket, int ready_fd, UniqueFd skeleton) {
+                  const std::string& supervisor_socket, int ready_fd, MadeAhead made_ahead) {
   UniqueFd ready(ready_fd);
   auto fail = [&](const Error& error) {
     write_all(ready.get(), "error " + one_line(error.message()) + "\n");
@@ -254,7 +254,8 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   if (!stop_signals) return fail(sys_error("signalfd", "SIGTERM SIGINT SIGHUP").error());
 
   Prepared prepared;
-  prepared.prebuilt_skeleton = std::move(skeleton);
+  prepared.prebuilt_skeleton = std::move(made_ahead.skeleton);
+  prepared.prebuilt_netns = std::move(made_ahead.netns);
   if (auto r = prepare(spec, prepared, false); !r) return fail(r.error());
   SocketPaths socket_paths(exec_socket, supervisor_socket);
   auto exec_listener = listen_unix(exec_socket);

@@ -39,11 +39,17 @@ struct LiveSandboxRef {
 // spec.argv is ignored. Writes one line to ready_fd and closes it: "ok <init pid> <supervisor
 // pid> <supervisor start time>\n" once init serves, or "error <message>\n" (read it with
 // read_serve_ready). Returns the process's exit status when the sandbox is gone (0 after a
-// requested destroy or init's exit, 125 when it could not be built). `skeleton`: the host
-// rootfs's skeleton from a SkeletonCache (empty: plan and build it here).
+// requested destroy or init's exit, 125 when it could not be built).
+//
+// `made_ahead`: parts a long-lived caller (hutchd's zygote) made before the request, each
+// optional; serve_sandbox makes what is missing itself.
+struct MadeAhead {
+  UniqueFd skeleton;  // the host rootfs's skeleton (SkeletonCache::take)
+  UniqueFd netns;     // a network namespace with lo up (make_loopback_netns), used once
+};
 int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
                   const std::string& supervisor_socket, int ready_fd,
-                  UniqueFd skeleton = UniqueFd());
+                  MadeAhead made_ahead = MadeAhead());
 
 // The other end of serve_sandbox's ready_fd: waits up to `timeout` for its line. The Error of a
 // failed build carries the supervisor's message.

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "tests/daemon/daemon_fixture.h"
@@ -145,6 +146,31 @@ TEST(WarmPoolTest, AfterKill9TheTakenSandboxIsAdoptedAndIdleOnesDestroyed) {
        std::filesystem::directory_iterator(again.state_dir() + "/sandboxes"))
     ++left;
   EXPECT_EQ(left, 0u);
+}
+
+// hutchd's zygote makes network namespaces ahead of the sandboxes: each one still gets its own
+// (never the host's, never another sandbox's), with a working loopback; "none" has none.
+TEST_F(DaemonTest, EverySandboxHasItsOwnNetworkNamespace) {
+  const std::string probe =
+      "readlink /proc/self/ns/net; python3 -c \"import socket; s = socket.socket(); "
+      "s.bind(('127.0.0.1', 8080)); s.listen(); socket.create_connection(('127.0.0.1', 8080)); "
+      "print('loopback ok')\"";
+  std::set<std::string> namespaces;
+  for (int i = 0; i < 6; ++i) {
+    auto ran = exec(create(), {{"command", probe}});
+    ASSERT_EQ(ran["exit_code"], 0) << ran.dump();
+    std::string out = ran["stdout"];
+    EXPECT_TRUE(out.ends_with("\nloopback ok\n")) << out;
+    namespaces.insert(out.substr(0, out.find('\n')));
+  }
+  EXPECT_EQ(namespaces.size(), 6u);
+  char host[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/net", host, sizeof host - 1), 0);
+  EXPECT_FALSE(namespaces.contains(host));
+  auto none = exec(create({{"network", "none"}}),
+                   {{"command", "python3 -c \"import socket; "
+                                "socket.create_connection(('127.0.0.1', 1))\" 2>&1 | tail -n 1"}});
+  EXPECT_NE(none["stdout"].get<std::string>().find("unreachable"), std::string::npos) << none.dump();
 }
 
 TEST_F(DaemonTest, CreateRejectsBadConfig) {

@@ -137,16 +137,19 @@ TEST_F(RecoveryTest, DeadSandboxesAreRemovedAndReported) {
 
 // hutchd's sandboxes do not sweep crashed runs' cgroups at each create (the cost grows with the
 // number of live sandboxes): hutchd does, at its start and every minute. A supervisor killed
-// with SIGKILL cannot remove its sandbox's cgroups; the next hutchd's sweep does (or, when tests
-// run in parallel, any `hutch run` that starts meanwhile).
+// with SIGKILL cannot remove its sandbox's cgroups; the next hutchd's sweep does. A cgroup parent
+// of this test's own keeps other tests' `hutch run` sweeps away from them.
 TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
-  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  const std::string parent = "hutch-sweep-test-" + std::to_string(getpid());
+  const std::vector<std::string> flags = {"--cgroup-parent", parent};
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), flags);
   ASSERT_TRUE(daemon_->start()) << daemon_->log();
   auto created = daemon_->post("/v1/sandboxes", json::object());
   ASSERT_EQ(created.status, 201);
   const json ref = record(created.body["id"])["ref"];
   const std::vector<std::string> dirs = cgroup_dirs(ref["init_pid"]);
   ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) EXPECT_NE(dir.find("/" + parent + "/"), std::string::npos);
   daemon_->stop(SIGKILL);
   const int supervisor = ref["supervisor_pid"];
   ::kill(supervisor, SIGKILL);
@@ -154,13 +157,17 @@ TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (const std::string& dir : dirs) EXPECT_TRUE(std::filesystem::exists(dir)) << dir;
 
-  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), flags);
   ASSERT_TRUE(daemon_->start()) << daemon_->log();
   for (const std::string& dir : dirs) {
     for (int i = 0; i < 100 && std::filesystem::exists(dir); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
   }
+  EXPECT_NE(daemon_->log().find("cgroup sweep: removed 1 "), std::string::npos) << daemon_->log();
+  // The parents are this test's to remove (nothing else is in them).
+  for (const std::string& dir : dirs)
+    ::rmdir(std::filesystem::path(dir).parent_path().c_str());
 }
 
 TEST_F(RecoveryTest, DestroyOnExitLeavesNothing) {
