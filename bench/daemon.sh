@@ -13,12 +13,6 @@ tmp=$(mktemp -d /tmp/hutch-bench-daemon.XXXXXX)
 hutchd=$(realpath "$build_dir/daemon/hutchd")
 state=$tmp/state
 source bench/hutchd_lib.sh
-cleanup() {
-  set +e
-  stop_daemon_if_running
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 peers=(--peer "fork-exec=/bin/true")
 peers+=(--peer "hutch-run=$(realpath "$build_dir/hutch") run --no-limits -- /bin/true")

@@ -1,6 +1,8 @@
-# A hutchd for a benchmark, sourced by bench/daemon.sh and bench/recipes.sh: start_daemon runs
-# $hutchd on $tmp/hutchd.sock with its state in $state (extra hutchd flags as arguments) and sets
-# $daemon; stop_daemon stops it, as does the caller's EXIT trap through stop_daemon_if_running.
+# A hutchd for a benchmark, sourced by bench/daemon.sh and bench/recipes.sh once they have set
+# $hutchd (the binary), $tmp (their scratch dir) and $state (hutchd's state dir). start_daemon runs
+# hutchd on $tmp/hutchd.sock (extra hutchd flags as arguments) and sets $daemon; stop_daemon stops
+# it. On exit, a running hutchd is stopped (it destroys its sandboxes, so no loop device holds a
+# layer any more) and $tmp removed.
 daemon=
 
 start_daemon() {
@@ -17,9 +19,11 @@ stop_daemon() {
   daemon=
 }
 
-# hutchd destroys its sandboxes as it exits: after this, nothing of the run is left but $tmp.
-stop_daemon_if_running() {
+cleanup() {
+  set +e
   if [[ -n $daemon ]]; then
     kill -TERM "$daemon" && wait "$daemon"
   fi
+  rm -rf "$tmp"
 }
+trap cleanup EXIT

@@ -35,13 +35,6 @@ tmp=$(mktemp -d /tmp/hutch-bench-recipes.XXXXXX)
 chmod 755 "$tmp"  # the sandbox's root reads the recipe dir
 state=$tmp/state
 source bench/hutchd_lib.sh
-cleanup() {
-  set +e
-  # Once hutchd has destroyed its sandboxes, no loop device holds a layer.
-  stop_daemon_if_running
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 now_ns() { date +%s%N; }
 ms() { awk -v ns="$1" 'BEGIN { printf "%.1f", ns / 1e6 }'; }
