@@ -38,13 +38,14 @@ class SandboxCgroup {
   const std::string& id() const { return id_; }
 
   // O_PATH|O_DIRECTORY fd of the cgroup2 dir, for clone3's CLONE_INTO_CGROUP; -1 without cgroup2
-  // (v1-only hosts: attach() is the only placement there).
+  // (v1-only hosts: the process joins through open_v1_task_files, or attach() moves it).
   int v2_dir_fd() const;
 
   // Moves `pid` (its whole thread group) into every dir of this sandbox (cgroup2: unless it is
-  // already in the sandbox's cgroup2 dir or one of its sub-cgroups). v1 has no
-  // CLONE_INTO_CGROUP: the sandbox child must wait (blocked on its sync socket) until this returns,
-  // so that it never runs outside its v1 limits. Children it forks later inherit the cgroups.
+  // already in the sandbox's cgroup2 dir or one of its sub-cgroups), for a process that cannot
+  // join by itself; it must not run anything untrusted until this returns. Children it forks
+  // later inherit the cgroups. Each v1 move by pid pays the kernel's global threadgroup lock (an
+  // RCU grace period): sandboxes join through open_v1_task_files instead.
   Result<void> attach(pid_t pid);
 
   // The `tasks` file of every v1 dir, opened for writing: a process holding them (a child that
