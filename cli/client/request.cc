@@ -28,6 +28,15 @@ Result<json> string_map(const std::vector<std::string>& items, std::string_view 
   return map;
 }
 
+// --env K=V items as a JSON object, each checked as `hutch run --env` checks it.
+Result<json> env_map(const std::vector<std::string>& items) {
+  for (const std::string& kv : items) {
+    auto valid = cli::parse_env(kv);
+    if (!valid) return std::unexpected(valid.error());
+  }
+  return string_map(items, "env");
+}
+
 bool valid_utf8(std::string_view text) {
   try {
     (void)json(std::string(text)).dump();
@@ -73,11 +82,7 @@ Result<json> create_body(const CreateOptions& options) {
   if (options.pids) limits["pids"] = *options.pids;
   if (options.cpus) limits["cpus"] = *options.cpus;
   if (!limits.empty()) body["limits"] = limits;
-  for (const std::string& kv : options.env) {
-    auto valid = cli::parse_env(kv);
-    if (!valid) return std::unexpected(valid.error());
-  }
-  auto env = string_map(options.env, "env");
+  auto env = env_map(options.env);
   if (!env) return std::unexpected(env.error());
   if (!env->empty()) body["env"] = *env;
   auto labels = string_map(options.labels, "label");
@@ -114,11 +119,7 @@ Result<json> exec_body(const ExecOptions& options) {
       return plain_error("workdir", "\"" + options.workdir + "\" must be an absolute path");
     body["workdir"] = options.workdir;
   }
-  for (const std::string& kv : options.env) {
-    auto valid = cli::parse_env(kv);
-    if (!valid) return std::unexpected(valid.error());
-  }
-  auto env = string_map(options.env, "env");
+  auto env = env_map(options.env);
   if (!env) return std::unexpected(env.error());
   if (!env->empty()) body["env"] = *env;
   if (!options.timeout.empty()) {

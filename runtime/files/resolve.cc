@@ -267,6 +267,21 @@ FsResult<UniqueFd> open_regular(int root_fd, const std::string& path, struct sta
   return fd;
 }
 
+FsResult<void> read_chunks(int fd, std::string_view path,
+                           const std::function<FsResult<void>(std::string_view)>& each) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return sys_fail("read", path);
+    }
+    if (n == 0) return {};
+    if (auto handled = each(std::string_view(buf, static_cast<size_t>(n))); !handled)
+      return handled;
+  }
+}
+
 FsResult<std::vector<std::string>> read_dir_names(int dir_fd, const std::string& path) {
   std::vector<std::string> names;
   if (lseek(dir_fd, 0, SEEK_SET) < 0) return sys_fail("lseek", path);

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,11 @@ FsResult<UniqueFd> open_entry_nofollow(int dir_fd, const std::string& name,
 // A regular file opened O_RDONLY: O_NONBLOCK|O_NOCTTY while opening (a FIFO must not hang the
 // daemon), refused unless S_ISREG.
 FsResult<UniqueFd> open_regular(int root_fd, const std::string& path, struct stat* st);
+
+// Reads `fd` to its end in chunks of up to 64 KiB, handing each to `each`; an error `each`
+// returns stops the reading and is returned. A read error is reported against `path`.
+FsResult<void> read_chunks(int fd, std::string_view path,
+                           const std::function<FsResult<void>(std::string_view)>& each);
 
 // Entry names of an open directory (not "." or ".."), sorted.
 FsResult<std::vector<std::string>> read_dir_names(int dir_fd, const std::string& path);

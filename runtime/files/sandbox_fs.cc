@@ -172,17 +172,13 @@ FsResult<std::string> SandboxFs::read_file(std::string_view path, uint64_t max_b
   if (max_bytes != 0 && static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
   std::string out;
   out.reserve(static_cast<size_t>(st.st_size));
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd->get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return sys_fail("read", p->path);
-    }
-    if (n == 0) break;
-    if (max_bytes != 0 && out.size() + static_cast<uint64_t>(n) > max_bytes) return too_large();
-    out.append(buf, static_cast<size_t>(n));
-  }
+  auto read =
+      detail::read_chunks(fd->get(), p->path, [&](std::string_view chunk) -> FsResult<void> {
+        if (max_bytes != 0 && out.size() + chunk.size() > max_bytes) return too_large();
+        out.append(chunk);
+        return {};
+      });
+  if (!read) return std::unexpected(read.error());
   return out;
 }
 

@@ -34,35 +34,31 @@ FsResult<ReadResult> SandboxFs::read_lines(std::string_view path, uint64_t offse
   ReadResult out;
   uint64_t line = 0;     // index of the line the next byte belongs to
   bool partial = false;  // bytes seen after the last '\n'
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd->get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return sys_fail("read", p->path);
-    }
-    if (n == 0) break;
-    const char* pos = buf;
-    const char* end = buf + n;
-    while (pos < end) {
-      const char* nl = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
-      const char* stop = nl != nullptr ? nl + 1 : end;
-      if (line >= offset && line < window_end) {
-        if (out.content.size() + (stop - pos) > detail::kMaxEditBytes) {
-          return fail(Errc::kTooLarge, "read(" + p->path + "): the requested lines exceed " +
-                                           std::to_string(detail::kMaxEditBytes) + " bytes");
+  auto read =
+      detail::read_chunks(fd->get(), p->path, [&](std::string_view chunk) -> FsResult<void> {
+        const char* pos = chunk.data();
+        const char* end = chunk.data() + chunk.size();
+        while (pos < end) {
+          const char* nl = static_cast<const char*>(std::memchr(pos, '\n', end - pos));
+          const char* stop = nl != nullptr ? nl + 1 : end;
+          if (line >= offset && line < window_end) {
+            if (out.content.size() + (stop - pos) > detail::kMaxEditBytes) {
+              return fail(Errc::kTooLarge, "read(" + p->path + "): the requested lines exceed " +
+                                               std::to_string(detail::kMaxEditBytes) + " bytes");
+            }
+            out.content.append(pos, stop - pos);
+          }
+          if (nl != nullptr) {
+            ++line;
+            partial = false;
+          } else {
+            partial = true;
+          }
+          pos = stop;
         }
-        out.content.append(pos, stop - pos);
-      }
-      if (nl != nullptr) {
-        ++line;
-        partial = false;
-      } else {
-        partial = true;
-      }
-      pos = stop;
-    }
-  }
+        return {};
+      });
+  if (!read) return std::unexpected(read.error());
   out.total_lines = line + (partial ? 1 : 0);
   out.start_line = std::min(offset, out.total_lines);
   out.end_line = std::min(window_end, out.total_lines);
@@ -101,20 +97,15 @@ FsResult<uint64_t> SandboxFs::edit(std::string_view path, std::string_view old_t
                                      std::to_string(detail::kMaxEditBytes) + " bytes");
   }
   std::string content;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return sys_fail("read", p->path);
-    }
-    if (n == 0) break;
-    if (content.size() + static_cast<uint64_t>(n) > detail::kMaxEditBytes) {
+  auto read = detail::read_chunks(fd.get(), p->path, [&](std::string_view chunk) -> FsResult<void> {
+    if (content.size() + chunk.size() > detail::kMaxEditBytes) {
       return fail(Errc::kTooLarge, "edit(" + p->path + "): larger than " +
                                        std::to_string(detail::kMaxEditBytes) + " bytes");
     }
-    content.append(buf, static_cast<size_t>(n));
-  }
+    content.append(chunk);
+    return {};
+  });
+  if (!read) return std::unexpected(read.error());
   fd.reset();
 
   uint64_t count = 0;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <sstream>
 
 namespace hutch::testing {
@@ -93,6 +94,14 @@ CommandResult hutch_sh(const std::string& script, const std::vector<std::string>
 }
 
 std::string probe_bind() { return std::string(PROBE_BINARY) + ":/probe"; }
+
+std::vector<std::string> dir_entries(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored))
+    names.push_back(entry.path().filename().string());
+  return names;
+}
 
 std::string read_file_or_empty(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -38,6 +38,9 @@ std::string probe_bind();
 // iostreams would throw on that read error).
 std::string read_file_or_empty(const std::string& path);
 
+// The names in `dir`, or none when it cannot be read.
+std::vector<std::string> dir_entries(const std::string& dir);
+
 // The last line of `out` (a `--json` record follows the workload's own output).
 std::string last_line(const std::string& out);
 

@@ -25,14 +25,6 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
 }
 
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ignored;
-  for (const auto& entry : fs::directory_iterator(dir, ignored))
-    names.push_back(entry.path().filename().string());
-  return names;
-}
-
 std::string python(const std::string& script) {
   CommandResult r = run_command({"/usr/bin/python3", "-c", script});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -207,8 +199,8 @@ with tarfile.open(")PY" +
   EXPECT_NE(loaded.exit_code, 0);
   EXPECT_NE(loaded.err.find("digests to sha256:"), std::string::npos) << loaded.err;
   EXPECT_NE(loaded.err.find("manifest says sha256:"), std::string::npos) << loaded.err;
-  EXPECT_TRUE(entries(s2 + "/layers").empty()) << ::testing::PrintToString(entries(s2 + "/layers"));
-  EXPECT_TRUE(entries(s2 + "/tags").empty());
+  EXPECT_TRUE(dir_entries(s2 + "/layers").empty()) << ::testing::PrintToString(dir_entries(s2 + "/layers"));
+  EXPECT_TRUE(dir_entries(s2 + "/tags").empty());
 }
 
 TEST_F(ImageTest, ImportsPlainRootfsTar) {
@@ -237,7 +229,7 @@ TEST_F(ImageTest, ImportsPlainRootfsTar) {
   ASSERT_EQ(hutch({"--state-dir", state, "image", "import", path("rootfs.tar"), "--name", "bb"})
                 .exit_code,
             0);
-  for (const std::string& name : entries(state + "/layers"))
+  for (const std::string& name : dir_entries(state + "/layers"))
     EXPECT_FALSE(name.starts_with(".incoming-")) << name;
 }
 
@@ -327,7 +319,7 @@ with tarfile.open(")PY" +
     EXPECT_FALSE(fs::exists(state + "/escape"));
     EXPECT_FALSE(fs::exists(dir_.path() + "/escape"));
     EXPECT_FALSE(fs::exists(path("abs-target")));
-    for (const std::string& entry : entries(state + "/layers"))
+    for (const std::string& entry : dir_entries(state + "/layers"))
       EXPECT_FALSE(entry.starts_with(".incoming-")) << entry;
   }
   // A member through a symlink member is refused, not written where the symlink points.

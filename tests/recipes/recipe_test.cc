@@ -47,15 +47,6 @@ std::vector<std::string> loops_into(const std::string& dir) {
   return found;
 }
 
-// Entries of `dir` (a store subdirectory), or none when it does not exist.
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ignored;
-  for (const auto& entry : fs::directory_iterator(dir, ignored))
-    names.push_back(entry.path().filename().string());
-  return names;
-}
-
 class RecipeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -131,9 +122,9 @@ class RecipeTest : public ::testing::Test {
 
   // Nothing half-made: no bake scratch dir, no `.incoming-*` layer.
   void expect_no_leftovers() {
-    EXPECT_TRUE(entries(state_dir_ + "/bakes").empty())
-        << "bake dirs left: " << ::testing::PrintToString(entries(state_dir_ + "/bakes"));
-    for (const std::string& name : entries(state_dir_ + "/layers"))
+    EXPECT_TRUE(dir_entries(state_dir_ + "/bakes").empty())
+        << "bake dirs left: " << ::testing::PrintToString(dir_entries(state_dir_ + "/bakes"));
+    for (const std::string& name : dir_entries(state_dir_ + "/layers"))
       EXPECT_FALSE(name.starts_with(".incoming-")) << "scratch layer left: " << name;
   }
 
