@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/stale.h"
+#include "runtime/features.h"
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/fs/overlay.h"
@@ -160,7 +162,29 @@ Result<siginfo_t> SandboxProcess::reap(rusage* usage) {
   return info;
 }
 
+namespace {
+
+// Older kernels lack mechanisms a guarantee rests on (docs/design.md#kernels): refused, never
+// weakened. Read once per process.
+Result<void> check_kernel() {
+  static const std::string release = [] {
+    utsname host{};
+    uname(&host);
+    return std::string(host.release);
+  }();
+  const auto [major, minor] = kernel_version(release);
+  if (major > kMinimumKernel[0] || (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]))
+    return {};
+  return plain_error("kernel", "Linux " + release + " is older than " +
+                                   std::to_string(kMinimumKernel[0]) + "." +
+                                   std::to_string(kMinimumKernel[1]) +
+                                   ", the oldest hutch supports (`hutch info` lists what it lacks)");
+}
+
+}  // namespace
+
 Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command) {
+  if (auto r = check_kernel(); !r) return r;
   out.spec = input;
   SandboxSpec& spec = out.spec;
   if (needs_command && (spec.argv.empty() || spec.argv[0].empty()))
