@@ -46,13 +46,14 @@
 #                         setting it boots the guest from an ext4 disk instead (see below)
 #   HUTCH_VM_DISK_FREE    MiB of free space on that disk (default 4096)
 #
-# Disk mode (HUTCH_VM_PACKAGES set): the tree above, plus the packages' files (hard links; no
-# docs, man pages or locales), the host's /etc (without shadow files, ssh keys or private TLS keys)
-# and the host's top-level /usr-merge symlinks, becomes an ext4 image (`mkfs.ext4 -d`, no mount,
-# sparse, removed afterwards) attached as a virtio disk. A tiny initramfs (busybox and the modules)
-# insmods the modules, mounts the disk and switch_roots into it; /tmp stays on the ext4 root, so
-# the guest's / and /tmp can be idmapped (6.1 cannot idmap tmpfs, 9p or virtiofs). Directories in
-# HUTCH_VM_FILES are copied without .git, CMakeFiles and *.o files. Needs e2fsprogs too.
+# Disk mode (HUTCH_VM_PACKAGES set): the tree above, plus the packages' files (hard links; no man
+# pages or locales, but /usr/share/doc, which tests look at), the host's /etc (without shadow
+# files, ssh keys or private TLS keys) and the host's top-level /usr-merge symlinks, becomes an
+# ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a virtio disk. A
+# tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and switch_roots
+# into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1 cannot idmap
+# tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git, CMakeFiles and
+# *.o files. Needs e2fsprogs too.
 #
 # Needs (Debian): qemu-system-x86 busybox-static cpio (plus apt, dpkg, coreutils, util-linux,
 # gzip, xz-utils/zstd only if the kernel's modules are compressed). No root needed once the kernel
@@ -277,7 +278,7 @@ stage_packages() {
     [[ -d $f && ! -L $f ]] && continue
     [[ -e $f || -L $f ]] && files+=("$f")
   done < <(dpkg-query -L "${closure[@]}" 2>/dev/null | grep '^/' | sed "${map[@]}" |
-    grep -Ev '^/usr/share/(doc|man|locale|info|lintian)/' | sort -u)
+    grep -Ev '^/usr/share/(man|locale|info|lintian)/' | sort -u)
   ((${#files[@]})) || die "HUTCH_VM_PACKAGES: no files found for: $packages"
   # From /: cp --parents reads the parents' attributes through the path without its leading slash.
   printf '%s\0' "${files[@]}" | (cd / && xargs -0 cp -a -l --parents -t "$root") ||
