@@ -16,7 +16,7 @@
 # a missing result or a timeout; 2 setup error.
 #
 # Environment (all optional; the rest of test-cgroupv2-vm.sh's HUTCH_VM_* apply too):
-#   HUTCH_VM_TIMEOUT        wall-clock budget for the VM in seconds (default 2400)
+#   HUTCH_VM_TIMEOUT        wall-clock budget for the VM in seconds (default 1800)
 #   HUTCH_VM_MEMORY         guest memory in MiB (default 3072)
 #   HUTCH_VM_CTEST_TIMEOUT  per-test timeout in the guest in seconds (default 300)
 #   HUTCH_VM_DISK_FREE      MiB of free space on the guest's disk (default 4096)
@@ -48,7 +48,7 @@ export HUTCH_VM_NAME=vm-6.1
 export HUTCH_VM_PACKAGES=${packages//$'\n'/ }
 export HUTCH_VM_FILES="${files[*]}"
 export HUTCH_VM_MODULES=${HUTCH_VM_MODULES-overlay erofs loop}
-export HUTCH_VM_TIMEOUT=${HUTCH_VM_TIMEOUT:-2400}
+export HUTCH_VM_TIMEOUT=${HUTCH_VM_TIMEOUT:-1800}
 export HUTCH_VM_MEMORY=${HUTCH_VM_MEMORY:-3072}
 export HUTCH_VM_BUILD_DIR=$build HUTCH_VM_CTEST_TIMEOUT=${HUTCH_VM_CTEST_TIMEOUT:-300}
 export HUTCH_BUILD_DIR=$build
