@@ -12,8 +12,8 @@
 #   HUTCH_IN_VM=1 in the environment, and runs every binary once (gtest ones in brief mode);
 # - the binaries' output is printed, then per-binary results, then the VM wall time and, last, the line
 #     cgroupv2-vm: N passed, M failed
-#   counting individual gtest tests (a non-gtest binary, or a binary that crashed or ended without a
-#   gtest summary, counts as one test).
+#   counting individual gtest tests, or ctest tests for a binary that runs ctest (a binary that
+#   crashed or ended without a gtest or ctest summary counts as one test).
 # Exit status: 0 all passed; 1 a test failed, a binary left no result, or the VM timed out;
 # 2 usage or setup error (no VM result).
 #
@@ -31,6 +31,7 @@
 #   HUTCH_VM_FILES        extra files/dirs (whitespace-separated) copied to the same absolute path
 #                         in the guest, e.g. "$PWD/build/hutch"; ELF files get their libraries
 #   HUTCH_VM_TEST_ARGS    extra arguments for every binary (split into words), e.g. --gtest_filter=X
+#   HUTCH_VM_EXPORT       names of variables exported into the guest with their values here
 #   HUTCH_VM_TEST_CGROUP  cgroup each binary runs in, as <this>/<name> (default /hutch-vm.slice,
 #                         like a service on a systemd host; "/" runs them in the root cgroup)
 #   HUTCH_VM_MODULES      kernel modules to insmod, with their dependencies (default "overlay")
@@ -39,13 +40,27 @@
 #   HUTCH_VM_LOG          also save the full console log to this file
 #   HUTCH_VM_VERBOSE=1    stream the console live instead of printing each binary's output at the end
 #   HUTCH_VM_STRIP=0      keep debug info in the ELF files copied in (default: objcopy --strip-debug)
+#   HUTCH_VM_NAME         the name results are printed under (default cgroupv2-vm)
+#   HUTCH_VM_PACKAGES     Debian packages (installed here) whose files, with those of every
+#                         installed package they depend on, go into the guest at their own paths;
+#                         setting it boots the guest from an ext4 disk instead (see below)
+#   HUTCH_VM_DISK_FREE    MiB of free space on that disk (default 4096)
+#
+# Disk mode (HUTCH_VM_PACKAGES set): the tree above, plus the packages' files (hard links; no man
+# pages or locales, but /usr/share/doc, which tests look at), the host's /etc (without shadow
+# files, ssh keys or private TLS keys) and the host's top-level /usr-merge symlinks, becomes an
+# ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a virtio disk. A
+# tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and switch_roots
+# into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1 cannot idmap
+# tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git, CMakeFiles and
+# *.o files. Needs e2fsprogs too.
 #
 # Needs (Debian): qemu-system-x86 busybox-static cpio (plus apt, dpkg, coreutils, util-linux,
 # gzip, xz-utils/zstd only if the kernel's modules are compressed). No root needed once the kernel
 # is cached; downloading it needs only apt's package lists (root runs `apt-get update` if missing).
 set -euo pipefail
 
-prog=cgroupv2-vm
+prog=${HUTCH_VM_NAME:-cgroupv2-vm}
 say() { printf '%s: %s\n' "$prog" "$*"; }
 die() {
   printf '%s: error: %s\n' "$prog" "$*" >&2
@@ -70,11 +85,21 @@ meta_pkg=linux-image-cloud-amd64
 verbose=${HUTCH_VM_VERBOSE:-0}
 strip=${HUTCH_VM_STRIP:-1}
 command -v objcopy >/dev/null || strip=0
+packages=${HUTCH_VM_PACKAGES:-}
+disk_free=${HUTCH_VM_DISK_FREE:-4096}
+on_disk=0
+[[ -z $packages ]] || on_disk=1
 
 [[ $budget =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_TIMEOUT must be a positive number of seconds, not '$budget'"
 [[ $memory =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_MEMORY must be MiB, not '$memory'"
 [[ $smp =~ ^[1-9][0-9]*$ ]] || die "HUTCH_VM_SMP must be a CPU count, not '$smp'"
+[[ $disk_free =~ ^[0-9]+$ ]] || die "HUTCH_VM_DISK_FREE must be MiB, not '$disk_free'"
 [[ -r $init_template ]] || die "missing $init_template"
+if ((on_disk)); then
+  command -v mkfs.ext4 >/dev/null || die "'mkfs.ext4' not found; install: apt-get install e2fsprogs"
+  # The guest's kernel reaches its disk through these (the cloud kernel has them as modules).
+  modules="virtio_pci virtio_blk $modules"
+fi
 for tool in qemu-system-x86_64 busybox cpio gzip timeout flock dpkg-deb apt-cache apt-get ldd; do
   command -v "$tool" >/dev/null ||
     die "'$tool' not found; install: apt-get install --no-install-recommends qemu-system-x86 busybox-static cpio"
@@ -214,14 +239,71 @@ new_temp work
 root=$work/root
 mkdir "$root"
 chmod 755 "$root" # the kernel uses the archive's root mode for /; anything else breaks non-root users
+# In disk mode the initramfs is only the boot stage: busybox, /init and the modules.
+boot=$root
+if ((on_disk)); then
+  boot=$work/boot
+  mkdir -p "$boot"/{bin,proc,sys,dev,newroot,etc/hutch-vm,lib/modules/hutch}
+  chmod 755 "$boot"
+  : >"$boot/etc/hutch-vm/boot-disk"
+  # The host's /usr-merge links (bin -> usr/bin, ...) first, so everything lands behind them.
+  mkdir -p "$root/usr"
+  for l in /*; do
+    if [[ -L $l ]]; then
+      mkdir -p "$root/$(realpath -m --relative-to=/ "$l")"
+      cp -P "$l" "$root/"
+    fi
+  done
+fi
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,root,etc/hutch-vm,tests,lib/modules/hutch}
 chmod 1777 "$root/tmp"
 chmod 700 "$root/root"
+
+# stage_packages: hard-links into the guest the files of $packages and of every installed package
+# they depend on (no recommends), at their own paths, and copies the host's /etc without secrets.
+stage_packages() {
+  local -a closure=() files=()
+  local f map=() missing
+  read -ra closure <<<"$packages"
+  missing=$(dpkg-query -W -f='${Status} ${Package}\n' "${closure[@]}" 2>&1 | grep -v '^install ok installed' || true)
+  [[ -z $missing ]] || die "HUTCH_VM_PACKAGES: not installed here: $(tr '\n' ' ' <<<"$missing")"
+  mapfile -t closure < <(apt-cache depends --recurse --installed --no-recommends --no-suggests \
+    --no-conflicts --no-breaks --no-replaces --no-enhances "${closure[@]}" 2>/dev/null |
+    grep -v '^[ <]' | sort -u)
+  # Debian 12 packages still name /bin, /lib, ...: map them to where the links point.
+  for f in /*; do
+    [[ -L $f ]] && map+=(-e "s|^$f/|/$(realpath -m --relative-to=/ "$f")/|")
+  done
+  while read -r f; do
+    [[ -d $f && ! -L $f ]] && continue
+    [[ -e $f || -L $f ]] && files+=("$f")
+  done < <(dpkg-query -L "${closure[@]}" 2>/dev/null | grep '^/' | sed "${map[@]}" |
+    grep -Ev '^/usr/share/(man|locale|info|lintian)/' | sort -u)
+  ((${#files[@]})) || die "HUTCH_VM_PACKAGES: no files found for: $packages"
+  # From /: cp --parents reads the parents' attributes through the path without its leading slash.
+  # Hard links when the temp dir shares /usr's filesystem (no copying), else copies.
+  local link=(-l)
+  ln "${files[0]}" "$work/.link-test" 2>/dev/null || link=()
+  rm -f "$work/.link-test"
+  printf '%s\0' "${files[@]}" | (cd / && xargs -0 cp -a "${link[@]}" --parents -t "$root") ||
+    die "cannot copy the packages' files into $root"
+  tar -C / -cf - --exclude=etc/shadow --exclude=etc/shadow- --exclude=etc/gshadow \
+    --exclude=etc/gshadow- --exclude=etc/ssh --exclude=etc/ssl/private \
+    --exclude=etc/apt/auth.conf --exclude=etc/apt/auth.conf.d etc | tar -C "$root" -xf - ||
+    die "cannot copy /etc into $root"
+  # Locked passwords for every account: the files exist, as on any host, but hold no secret.
+  awk -F: '{ print $1 ":*:19000:0:99999:7:::" }' /etc/passwd >"$root/etc/shadow"
+  awk -F: '{ print $1 ":*::" }' /etc/group >"$root/etc/gshadow"
+  chmod 640 "$root/etc/shadow" "$root/etc/gshadow"
+  say "staged ${#closure[@]} packages (${#files[@]} files) and /etc"
+}
+((on_disk == 0)) || stage_packages
 
 # copy_with_libs SRC: SRC to the same absolute path in the guest, plus every library `ldd` names.
 copy_with_libs() {
   local src=$1 lib
   mkdir -p "$root$(dirname "$src")"
+  rm -f "$root$src" # a staged hard link: never write through it into the host's file
   # Debug info is most of a test binary's size and only slows the boot: ELF files go in without it.
   if [[ $strip == 1 && $(head -c4 "$src" | od -An -c | tr -d ' ') == 177ELF ]] &&
     objcopy --strip-debug "$src" "$root$src" 2>/dev/null; then
@@ -245,13 +327,21 @@ copy_with_libs() {
 # busybox (busybox-static; a dynamic one works too through copy_with_libs). /init creates the applet
 # links itself (`busybox --install -s`): ~270 symlinks, cheaper in the guest than ~800 forks here.
 busybox=$(command -v busybox)
-copy_with_libs "$busybox"
-[[ $busybox == /bin/busybox ]] || cp -L "$busybox" "$root/bin/busybox"
-ln -s busybox "$root/bin/sh"
-
+if ((on_disk)); then
+  # The boot stage needs a static busybox; the disk keeps the packages' own /bin/sh.
+  LC_ALL=C ldd "$busybox" >/dev/null 2>&1 && die "disk mode needs a static busybox (busybox-static)"
+  cp -L "$busybox" "$boot/bin/busybox"
+  ln -s busybox "$boot/bin/sh"
+  install -m 755 "$init_template" "$boot/init"
+  [[ -e $root/bin/busybox ]] || cp -L "$busybox" "$root/bin/busybox"
+else
+  copy_with_libs "$busybox"
+  [[ $busybox == /bin/busybox ]] || cp -L "$busybox" "$root/bin/busybox"
+  ln -s busybox "$root/bin/sh"
+  printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >"$root/etc/passwd"
+  printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$root/etc/group"
+fi
 install -m 755 "$init_template" "$root/init"
-printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >"$root/etc/passwd"
-printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$root/etc/group"
 echo hutch-vm >"$root/etc/hostname"
 
 # Kernel modules with their dependencies, numbered in load order (dependencies first). The package
@@ -283,9 +373,25 @@ add_module() { # add_module NAME
     add_module "$dep"
   done
   mod_seq=$((mod_seq + 1))
-  mv "$out" "$(printf '%s/lib/modules/hutch/%02d-%s.ko' "$root" "$mod_seq" "$name")"
+  mv "$out" "$(printf '%s/lib/modules/hutch/%02d-%s.ko' "$boot" "$mod_seq" "$name")"
 }
 for m in $modules; do add_module "$m"; done
+
+# copy_tree DIR: DIR at the same path, without .git, CMakeFiles and object files; executables go
+# through copy_with_libs (stripped, with their libraries), the rest is hard-linked in disk mode.
+copy_tree() {
+  local f link=()
+  ((on_disk == 0)) || link=(-l)
+  while IFS= read -r -d '' f; do
+    if [[ -d $f && ! -L $f ]]; then
+      mkdir -p "$root$f"
+    elif [[ -f $f && ! -L $f && -x $f ]]; then
+      copy_with_libs "$f"
+    else
+      cp -a "${link[@]}" "$f" "$root$f" 2>/dev/null || cp -a "$f" "$root$f"
+    fi
+  done < <(find "$1" \( -name .git -o -name CMakeFiles -o -name '*.o' \) -prune -o -print0)
+}
 
 # Extra files, then the test binaries (at their own path, /tests/<name> pointing there).
 read -ra extra <<<"${HUTCH_VM_FILES:-}"
@@ -297,7 +403,7 @@ for f in "${extra[@]}"; do
   esac
   if [[ -d $f ]]; then
     mkdir -p "$root$(dirname "$f")"
-    cp -a "$f" "$root$f"
+    copy_tree "$f"
   else
     copy_with_libs "$f"
   fi
@@ -322,11 +428,29 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; } # single-quoted for sh
 {
   echo "HUTCH_VM_TEST_ARGS=$(sq "${HUTCH_VM_TEST_ARGS:-}")"
   echo "HUTCH_VM_TEST_CGROUP=$(sq "${HUTCH_VM_TEST_CGROUP:-/hutch-vm.slice}")"
+  echo "HUTCH_VM_ON_DISK=$on_disk"
+  for v in ${HUTCH_VM_EXPORT:-}; do
+    [[ $v =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || die "HUTCH_VM_EXPORT: '$v' is not a variable name"
+    echo "export $v=$(sq "${!v-}")"
+  done
 } >"$root/etc/hutch-vm/env"
 
 initrd=$work/initramfs.cpio.gz
-(cd "$root" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) | gzip -1 >"$initrd"
-say "initramfs $(du -k "$initrd" | cut -f1) KiB built in $(elapsed "$build_start") s; kernel $kver"
+(cd "$boot" && find . -print0 | LC_ALL=C sort -z | cpio --null -o -H newc -R 0:0 --quiet) | gzip -1 >"$initrd"
+drive=()
+if ((on_disk)); then
+  disk=$work/root.ext4
+  used=$(du -sm "$root" | cut -f1)
+  # Sparse: only what mkfs writes takes space on the host.
+  mkfs.ext4 -q -F -L hutch-vm -d "$root" -E root_owner=0:0 "$disk" "$((used + used / 4 + disk_free))M" >/dev/null ||
+    die "mkfs.ext4 -d $root $disk failed"
+  rm -rf "$root" # only links and copies: the disk has them now
+  drive=(-drive "file=$disk,format=raw,if=virtio,cache=unsafe")
+  say "ext4 disk of $used MiB used + $disk_free MiB free and initramfs $(du -k "$initrd" | cut -f1) KiB" \
+    "built in $(elapsed "$build_start") s; kernel $kver"
+else
+  say "initramfs $(du -k "$initrd" | cut -f1) KiB built in $(elapsed "$build_start") s; kernel $kver"
+fi
 
 # --- boot ----------------------------------------------------------------------------------------------
 log=$work/console.log
@@ -335,7 +459,7 @@ say "booting (qemu TCG, ${memory} MiB, $smp CPUs, budget ${budget} s)"
 : >"$log"
 vm_start=$(now)
 timeout -k 5 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -m "$memory" -smp "$smp" \
-  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" \
+  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" "${drive[@]}" \
   </dev/null >"$log" 2>&1 &
 vm_pid=$!
 tail_pid=""
@@ -383,12 +507,27 @@ for name in "${names[@]}"; do
   pass=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' <<<"$section" | tail -n1)
   skip=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?.*/\1/p' <<<"$section" | tail -n1)
   skip=${skip:-0}
+  # ctest: "95% tests passed, 20 tests failed out of 411" (skips count as passed there).
+  ct_fail="" ct_total=""
+  read -r ct_fail ct_total < <(sed -nE 's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+)$/\1 \2/p' <<<"$section" | tail -n1) || true
+  if [[ -n ${ct_total:-} ]]; then
+    skip=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' <<<"$section" || true)
+    ran=$ct_total pass=$((ct_total - ct_fail - skip))
+  fi
   if [[ -z $rc ]]; then
     if [[ -n $section ]]; then what="started but left no result"; else what="never ran"; fi
     p=0 f=1 s=0
     why="VM ended early"
     ((timed_out == 0)) || why="VM timed out"
-    lines+=("$name: $what ($why), counted as 1 failed")
+    # A ctest run cut short: its finished tests count, every other one is a failure.
+    ct_total=$(sed -nE 's|^ *[0-9]+/([0-9]+) Test +#[0-9]+: .*|\1|p' <<<"$section" | tail -n1)
+    if [[ -n $ct_total ]]; then
+      p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed +[0-9.]+ sec$' <<<"$section" || true)
+      f=$((ct_total - p))
+      lines+=("$name: $what ($why): $p of $ct_total ctest tests passed, the other $f counted as failed")
+    else
+      lines+=("$name: $what ($why), counted as 1 failed")
+    fi
     problems=1
   elif [[ -n $ran && -n $pass ]]; then
     p=$pass s=$skip f=$((ran - pass - skip))
@@ -435,6 +574,7 @@ echo "===== results ====="
 for l in "${lines[@]}"; do say "$l"; done
 ((total_skip == 0)) || say "note: $total_skip tests skipped although HUTCH_MUST_WORK=1"
 guest_up=$(sed -nE 's/^hutch-vm: done, up ([0-9.]+) s$/\1/p' "$log.txt")
-say "VM wall time ${vm_time} s (budget ${budget} s${guest_up:+; guest uptime at poweroff $guest_up s})"
+guest_boot=$(sed -nE 's/^hutch-vm: kernel .*; up ([0-9.]+) s$/\1/p' "$log.txt")
+say "VM wall time ${vm_time} s (budget ${budget} s${guest_boot:+; tests started at guest uptime $guest_boot s}${guest_up:+; guest uptime at poweroff $guest_up s})"
 say "$total_pass passed, $total_fail failed"
 ((total_fail == 0 && problems == 0))

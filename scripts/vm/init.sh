@@ -6,11 +6,36 @@
 #   ...the binary's output...
 #   HUTCH-VM-RESULT <name> <exit-code>
 # for each, then powers off. The host script parses these markers; keep their format in sync.
+# In disk mode the same file is the /init of the boot initramfs (marked by /etc/hutch-vm/boot-disk),
+# which mounts the ext4 disk and switch_roots into it, and the disk's /init, which runs the tests.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TMPDIR=/tmp
 
 # Stage 1, on the initramfs rootfs: it has no parent mount, so pivot_root(2) fails with EINVAL in
 # every mount namespace whose root it still is, and hutch pivot_roots into each sandbox. Bind-mount it
 # and make the bind mount (which has a parent) the root, the way switch_root does, then start over.
+if [ -z "${HUTCH_VM_STAGE2-}" ] && [ -e /etc/hutch-vm/boot-disk ]; then
+  bb=/bin/busybox
+  fatal() {
+    echo "hutch-vm: FATAL: $*"
+    $bb poweroff -f
+  }
+  $bb mount -t devtmpfs devtmpfs /dev || fatal "mount /dev"
+  exec </dev/console >/dev/console 2>&1
+  # virtio_pci and virtio_blk reach the disk; the others are wanted by the tests, once booted.
+  for m in /lib/modules/hutch/*.ko; do
+    $bb insmod "$m" || fatal "insmod $m"
+  done
+  tries=0
+  while [ ! -b /dev/vda ] && [ "$tries" -lt 100 ]; do
+    $bb sleep 0.1
+    tries=$((tries + 1))
+  done
+  $bb mount -t ext4 /dev/vda /newroot || fatal "mount -t ext4 /dev/vda /newroot"
+  $bb mount --move /dev /newroot/dev || fatal "mount --move /dev /newroot/dev" # the console is open
+  export HUTCH_VM_STAGE2=1
+  # busybox's sh on the disk too, whatever the packages made /bin/sh.
+  exec $bb switch_root /newroot /bin/busybox sh /init
+fi
 if [ -z "${HUTCH_VM_STAGE2-}" ]; then
   /bin/busybox mkdir -p /newroot
   if ! { /bin/busybox mount --bind / /newroot && cd /newroot && /bin/busybox mount --move . /; }; then
@@ -20,7 +45,6 @@ if [ -z "${HUTCH_VM_STAGE2-}" ]; then
   export HUTCH_VM_STAGE2=1
   exec /bin/busybox chroot . /init
 fi
-/bin/busybox --install -s # the applet links (/bin/sh is the only one in the archive)
 unset HUTCH_VM_STAGE2
 # Tests must not skip on the real kernel, and may want to know where they are.
 export HUTCH_MUST_WORK=1 HUTCH_IN_VM=1
@@ -28,9 +52,13 @@ export HUTCH_MUST_WORK=1 HUTCH_IN_VM=1
 export GTEST_BRIEF=1 GTEST_COLOR=no
 # Written by the host script: HUTCH_VM_TEST_ARGS (extra arguments for every binary) and
 # HUTCH_VM_TEST_CGROUP (cgroup each binary runs in; "/" = the root cgroup).
-HUTCH_VM_TEST_ARGS="" HUTCH_VM_TEST_CGROUP=/hutch-vm.slice
+# HUTCH_VM_ON_DISK=1: / is the ext4 disk with the packages' own tools.
+HUTCH_VM_TEST_ARGS="" HUTCH_VM_TEST_CGROUP=/hutch-vm.slice HUTCH_VM_ON_DISK=0
 # shellcheck disable=SC1091 # generated per run
 [ -r /etc/hutch-vm/env ] && . /etc/hutch-vm/env
+# The applet links on the initramfs (/bin/sh is the only one in the archive); a disk has real tools.
+[ "$HUTCH_VM_ON_DISK" = 1 ] || /bin/busybox --install -s
+poweroff() { /bin/busybox poweroff "$@"; } # no init system on the disk to ask
 
 say() { echo "hutch-vm: $*"; }
 die() {
@@ -41,14 +69,17 @@ die() {
 
 mount -t proc proc /proc || die "mount /proc"
 mount -t sysfs sysfs /sys || die "mount /sys"
-mount -t devtmpfs devtmpfs /dev || die "mount /dev"
+mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev || die "mount /dev"
 # In case the kernel found no /dev/console to hand us: the console is where the host reads results.
 exec </dev/console >/dev/console 2>&1
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts || die "mount /dev/pts"
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm || die "mount /dev/shm"
-# /tmp and /run become tmpfs mounts of their own, keeping what the archive put there.
-for d in /tmp /run; do
+# /run (and /tmp, off disk) become tmpfs mounts of their own, keeping what the archive put there.
+# On disk /tmp stays on the ext4 root: 6.1 cannot idmap tmpfs, and tests build rootfs trees there.
+dirs="/tmp /run"
+[ "$HUTCH_VM_ON_DISK" = 1 ] && dirs=/run
+for d in $dirs; do
   mode=755
   [ "$d" = /tmp ] && mode=1777
   mkdir -p /mnt/seed
@@ -60,7 +91,7 @@ done
 # The options systemd uses on the production hosts; plain as a fallback.
 mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup 2>/dev/null ||
   mount -t cgroup2 cgroup2 /sys/fs/cgroup || die "mount cgroup2 at /sys/fs/cgroup"
-hostname hutch-vm
+/bin/busybox hostname hutch-vm
 ip link set lo up 2>/dev/null || true
 
 # Kernel messages (OOM kills, ...) would land in the middle of test output on the same console.
@@ -113,7 +144,8 @@ while read -r name; do
   (
     echo 0 >"$cg/cgroup.procs" || exit 125
     # shellcheck disable=SC2086 # HUTCH_VM_TEST_ARGS is deliberately split into words
-    exec "/tests/$name" $HUTCH_VM_TEST_ARGS
+    # The link's target: scripts find their own directory from $0.
+    exec "$(readlink -f "/tests/$name")" $HUTCH_VM_TEST_ARGS
   ) </dev/null 2>&1 || rc=$?
   echo
   echo "HUTCH-VM-RESULT $name $rc"

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs the whole ctest suite and the demo's workflow inside Debian's own Linux 6.1 (the bookworm
+# cloud kernel) under qemu (TCG), on a pure cgroup-v2 machine whose / and /tmp are ext4:
+#
+#   scripts/test-vm.sh [BUILD_DIR]      (default: build, a RelWithDebInfo tree already built)
+#
+# The guest boots from an ext4 disk image made for this run by scripts/test-cgroupv2-vm.sh's disk
+# mode: the files of the Debian packages below (with their installed dependencies), the host's /etc,
+# this source tree and BUILD_DIR (ELF files without debug info) at their own paths. hutch's "host"
+# rootfs idmaps the guest's /, which 6.1 can do on ext4 but not on tmpfs, 9p or virtiofs.
+# Inside: HUTCH_MUST_WORK=1 HUTCH_IN_VM=1, cgroup2 with +memory +pids +cpu, then
+#   ctest --test-dir BUILD_DIR --output-on-failure -j2 --timeout $HUTCH_VM_CTEST_TIMEOUT
+# and scripts/demo-workflow.sh, both printed on the console. Last line:
+#   vm-6.1: N passed, M failed
+# counting individual ctest tests, plus 1 for the demo. Exit status: 0 all passed; 1 a failure,
+# a missing result or a timeout; 2 setup error.
+#
+# Environment (all optional; the rest of test-cgroupv2-vm.sh's HUTCH_VM_* apply too):
+#   HUTCH_VM_TIMEOUT        wall-clock budget for the VM in seconds (default 1800)
+#   HUTCH_VM_MEMORY         guest memory in MiB (default 3072)
+#   HUTCH_VM_CTEST_TIMEOUT  per-test timeout in the guest in seconds (default 300)
+#   HUTCH_VM_DISK_FREE      MiB of free space on the guest's disk (default 4096)
+# Needs (Debian): qemu-system-x86 busybox-static cpio e2fsprogs, and the packages listed below.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/.." && pwd)
+build=$(realpath "${1:-$src/build}")
+if [[ ! -f $build/CTestTestfile.cmake || ! -x $build/hutch ]]; then
+  echo "vm-6.1: error: $build is not a built hutch tree (run scripts/setup.sh)" >&2
+  exit 2
+fi
+
+# What the suite and the demo run, besides hutch itself: shells and coreutils in sandboxes,
+# Debian's python3 (tests and the demo's skill), busybox-static (the probe's peers), mount tools,
+# ctest, mkfs.erofs (layer images) and the tools tests call on the host side.
+packages="base-files libc6 libc-bin bash dash coreutils python3 busybox-static util-linux mount
+  cmake e2fsprogs erofs-utils libarchive13 grep sed findutils mawk tar gzip diffutils procps
+  iproute2 libstdc++6 libseccomp2 libcap2 libssl3 zstd xz-utils"
+# The source tree (tests read scripts and data from it) without other build trees, and BUILD_DIR.
+files=()
+for f in "$src"/* "$src"/.clang-format; do
+  [[ -e $f && $f != "$build" && ! -e $f/CMakeCache.txt ]] && files+=("$f")
+done
+files+=("$build")
+
+export HUTCH_VM_NAME=vm-6.1
+export HUTCH_VM_PACKAGES=${packages//$'\n'/ }
+export HUTCH_VM_FILES="${files[*]}"
+export HUTCH_VM_MODULES=${HUTCH_VM_MODULES-overlay erofs loop}
+export HUTCH_VM_TIMEOUT=${HUTCH_VM_TIMEOUT:-1800}
+export HUTCH_VM_MEMORY=${HUTCH_VM_MEMORY:-3072}
+export HUTCH_VM_BUILD_DIR=$build HUTCH_VM_CTEST_TIMEOUT=${HUTCH_VM_CTEST_TIMEOUT:-300}
+export HUTCH_BUILD_DIR=$build
+export HUTCH_VM_EXPORT="HUTCH_VM_BUILD_DIR HUTCH_VM_CTEST_TIMEOUT HUTCH_BUILD_DIR"
+exec "$here/test-cgroupv2-vm.sh" "$here/vm/ctest-suite.sh" "$src/scripts/demo-workflow.sh"
