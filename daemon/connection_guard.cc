@@ -117,14 +117,17 @@ Connection* current_connection() { return serving; }
 // ---- Connection ----
 
 bool Connection::find_head() {
-  // Only the bytes that arrived since the last look (and the three before: a terminator may
-  // straddle two reads) are searched.
+  // Only the bytes not looked at yet (and the three before: a terminator may straddle two
+  // reads) are searched; a head found moves the mark past its end, where the next one starts.
   size_t from = std::max(offset_, scanned_ >= 3 ? scanned_ - 3 : 0);
   std::string_view unread(buffer_);
   unread.remove_prefix(from);
-  scanned_ = buffer_.size();
-  return unread.find("\r\n\r\n") != std::string_view::npos ||
-         unread.find("\n\n") != std::string_view::npos;
+  size_t crlf = unread.find("\r\n\r\n");
+  size_t lf = unread.find("\n\n");
+  size_t end = std::min(crlf == std::string_view::npos ? crlf : crlf + 4,
+                        lf == std::string_view::npos ? lf : lf + 2);
+  scanned_ = end == std::string_view::npos ? buffer_.size() : from + end;
+  return end != std::string_view::npos;
 }
 
 void Connection::compact() {
