@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -301,14 +300,11 @@ class DeadlineWatch {
   void detached() { detached_at_ = std::chrono::steady_clock::now(); }
   const std::string& state_dir() const { return deadlines_.state_dir; }
 
-  // Why the sandbox ends now ("" while it need not), for a supervisor with no client attached.
-  std::string due() const {
-    if (deadlines_.end_at && std::chrono::system_clock::now() >= *deadlines_.end_at)
-      return "max lifetime reached";
-    if (deadlines_.idle_ttl &&
-        std::chrono::steady_clock::now() - detached_at_ >= *deadlines_.idle_ttl)
-      return "idle TTL reached";
-    return "";
+  // Whether a deadline is due (to ask only while no client is attached).
+  bool due() const {
+    return (deadlines_.end_at && std::chrono::system_clock::now() >= *deadlines_.end_at) ||
+           (deadlines_.idle_ttl &&
+            std::chrono::steady_clock::now() - detached_at_ >= *deadlines_.idle_ttl);
   }
 
   // poll's timeout until the next deadline, -1 with none. At most a minute, so that a wall clock
@@ -392,11 +388,11 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   // Clients attached ("attach"); while there is one, it is in charge of the deadlines.
   std::vector<UniqueFd> attachments;
   DeadlineWatch deadlines;
-  std::string expired;
+  bool expired = false;
   constexpr size_t kFixedFds = 4;
   for (bool serving = true; serving;) {
-    if (attachments.empty()) expired = deadlines.due();
-    if (!expired.empty()) break;
+    expired = attachments.empty() && deadlines.due();
+    if (expired) break;
     std::vector<pollfd> fds = {{launched->init->pidfd(), POLLIN, 0},
                                {stop_signals.get(), POLLIN, 0},
                                {requests->get(), POLLIN, 0},
@@ -445,7 +441,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   // Teardown: init's death takes every process of the namespace with it; then the cgroups.
   // A deadline may find the sandbox paused: a frozen cgroup v1 task takes SIGKILL only once
   // thawed.
-  if (!expired.empty() && launched->cgroup) (void)launched->cgroup->thaw();
+  if (expired && launched->cgroup) (void)launched->cgroup->thaw();
   launched->init->kill();
   rusage usage{};
   std::string reply = "ok";
@@ -456,14 +452,10 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   if (destroy_request) {
     (void)!send(destroy_request.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
   }
-  if (!expired.empty()) {
-    // Nobody else will read it: the sandbox's dir (its log included) goes with it.
-    std::fprintf(stderr, "supervisor: %s with no client attached; sandbox destroyed\n",
-                 expired.c_str());
-    if (!deadlines.state_dir().empty()) {
-      std::error_code ignored;
-      std::filesystem::remove_all(deadlines.state_dir(), ignored);
-    }
+  // Ended by a deadline: no client will remove the sandbox's dir (nor read its log, in it).
+  if (expired && !deadlines.state_dir().empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(deadlines.state_dir(), ignored);
   }
   return reply == "ok" ? 0 : 1;
 }
