@@ -216,7 +216,7 @@ std::string snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, const s
          " frozen_us=" + std::to_string(frozen_us);
 }
 
-// "attach": "ok" with the cgroup's OOM counter file as an fd, so that hutchd reads the count
+// "oom_counter": "ok" with the cgroup's OOM counter file as an fd, so that hutchd reads the count
 // around each exec without a round trip here; "ok" alone when there is no memory cgroup.
 void send_oom_counter(const std::optional<SandboxCgroup>& cgroup, int conn) {
   UniqueFd counter;
@@ -385,7 +385,9 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   ready.reset();
 
   UniqueFd destroy_request;
-  // Clients attached ("attach"); while there is one, it is in charge of the deadlines.
+  // Clients attached: the connections of their "oom_counter" requests, kept open (a supervisor
+  // of an older hutch closes them; a client of one closes its own). While there is one, it is
+  // in charge of the deadlines.
   std::vector<UniqueFd> attachments;
   DeadlineWatch deadlines;
   bool expired = false;
@@ -426,7 +428,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
         serving = false;
         continue;
       }
-      if (request == "attach") {
+      if (request == "oom_counter") {
         send_oom_counter(launched->cgroup, conn.get());
         attachments.push_back(std::move(conn));
         continue;
@@ -521,7 +523,7 @@ Result<LiveSandbox> LiveSandbox::connect(const LiveSandboxRef& ref) {
   auto attachment = connect_unix(ref.supervisor_socket);
   if (!attachment) return std::unexpected(attachment.error());
   auto attached =
-      exchange(attachment->get(), ref.supervisor_socket, "attach", &sandbox.oom_counter_);
+      exchange(attachment->get(), ref.supervisor_socket, "oom_counter", &sandbox.oom_counter_);
   if (!attached) return std::unexpected(attached.error());
   sandbox.attachment_ = std::move(*attachment);
   return sandbox;

@@ -164,7 +164,7 @@ class LiveSandbox {
   Result<std::string> supervisor_request(const std::string& command,
                                          UniqueFd* received_fd = nullptr) const;
   LiveSandboxRef ref_;
-  UniqueFd attachment_;  // the supervisor's "attach" connection, kept open
+  UniqueFd attachment_;  // the connection of the "oom_counter" request, kept open
   UniqueFd supervisor_pidfd_;
   UniqueFd init_pidfd_;
   UniqueFd oom_counter_;
