@@ -130,6 +130,16 @@ Sandbox::Sandbox(std::string id, SandboxConfig config,
       live_(std::move(live)),
       dir_(std::move(dir)) {
   touch();
+  // For when this hutchd is gone (stopped or crashed): the supervisor enforces the same deadlines
+  // itself, max lifetime from the recorded creation time, so an adoption keeps it.
+  SandboxDeadlines deadlines;
+  if (config_.max_lifetime_seconds)
+    deadlines.end_at = created_at_ + std::chrono::seconds(*config_.max_lifetime_seconds);
+  if (config_.idle_ttl_seconds > 0)
+    deadlines.idle_ttl = std::chrono::seconds(config_.idle_ttl_seconds);
+  deadlines.state_dir = dir_;
+  if (auto sent = live_.set_deadlines(deadlines); !sent)
+    spdlog::warn("sandbox={} deadlines: {}", id_, sent.error().message());
 }
 
 std::chrono::steady_clock::duration Sandbox::idle_for() const {
@@ -342,6 +352,13 @@ SpawnedSandbox SandboxRegistry::spawn(const SandboxConfig& config, const std::st
     remove_dir(dir);
     throw runtime_failure(live.error());
   }
+  // Until a Sandbox takes it (and sends its own deadlines), no next hutchd would adopt it (recovery
+  // destroys "creating" and "pooled" records): it ends as soon as this hutchd is gone.
+  SandboxDeadlines unadoptable;
+  unadoptable.idle_ttl = std::chrono::milliseconds(0);
+  unadoptable.state_dir = dir;
+  if (auto sent = live->set_deadlines(unadoptable); !sent)
+    spdlog::warn("sandbox={} deadlines: {}", id, sent.error().message());
   if (pooled) {
     // One exec ahead of time: the fresh overlay's lookups of the usual binaries and init's first
     // fork are paid here, not by the client's first exec.

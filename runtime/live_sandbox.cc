@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
+#include <vector>
 
 #include "runtime/launch.h"
 #include "runtime/layers/tree_copy.h"
@@ -233,6 +235,112 @@ bool process_running(int pidfd) {
   return poll(&fd, 1, 0) == 0;
 }
 
+// One request on a connection to the supervisor at `socket`: its "ok …" answer's text; an fd
+// that comes with it goes to *received_fd (closed when null).
+Result<std::string> exchange(int conn, const std::string& socket, const std::string& command,
+                             UniqueFd* received_fd) {
+  if (send(conn, command.data(), command.size(), MSG_NOSIGNAL) < 0)
+    return sys_error("send", command + " to " + socket);
+  pollfd reply{conn, POLLIN, 0};
+  int ready;
+  while ((ready = poll(&reply, 1, kSupervisorRequestTimeoutMs)) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) return plain_error(command, "no answer from the supervisor in time");
+  char buffer[1024];
+  int fd = -1;
+  int fd_count = received_fd != nullptr ? 1 : 0;
+  long n = recv_with_fds(conn, buffer, sizeof buffer, &fd, &fd_count);
+  if (fd_count == 1) received_fd->reset(fd);
+  if (n <= 0) return plain_error(command, "the supervisor closed the connection");
+  std::string answer(buffer, static_cast<size_t>(n));
+  if (answer.starts_with("error ")) return plain_error(command, answer.substr(6));
+  if (answer != "ok" && !answer.starts_with("ok "))
+    return plain_error(command, "bad answer " + answer);
+  return answer.size() > 3 ? answer.substr(3) : std::string();
+}
+
+// "deadlines <end_at unix ms|-> <idle_ttl ms|-> <state dir>": SandboxDeadlines on the attachment.
+constexpr const char* kDeadlines = "deadlines ";
+
+std::string format_deadlines(const SandboxDeadlines& deadlines) {
+  using std::chrono::milliseconds;
+  std::string message = kDeadlines;
+  message += deadlines.end_at ? std::to_string(std::chrono::duration_cast<milliseconds>(
+                                                   deadlines.end_at->time_since_epoch())
+                                                   .count())
+                              : "-";
+  message += " ";
+  message += deadlines.idle_ttl ? std::to_string(deadlines.idle_ttl->count()) : "-";
+  return message + " " + deadlines.state_dir;
+}
+
+std::optional<SandboxDeadlines> parse_deadlines(const std::string& message) {
+  std::istringstream fields(message.substr(std::strlen(kDeadlines)));
+  std::string end_at, idle_ttl;
+  if (!(fields >> end_at >> idle_ttl)) return std::nullopt;
+  SandboxDeadlines deadlines;
+  if (end_at != "-") {
+    deadlines.end_at = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(std::strtoll(end_at.c_str(), nullptr, 10)));
+  }
+  if (idle_ttl != "-")
+    deadlines.idle_ttl = std::chrono::milliseconds(std::strtoll(idle_ttl.c_str(), nullptr, 10));
+  fields.get();  // the space before the dir, which may itself hold spaces
+  std::getline(fields, deadlines.state_dir);
+  return deadlines;
+}
+
+// The supervisor's side of SandboxDeadlines: counted only while no client is attached.
+class DeadlineWatch {
+ public:
+  void set(SandboxDeadlines deadlines) { deadlines_ = std::move(deadlines); }
+  void detached() { detached_at_ = std::chrono::steady_clock::now(); }
+  const std::string& state_dir() const { return deadlines_.state_dir; }
+
+  // Whether a deadline is due (to ask only while no client is attached).
+  bool due() const {
+    return (deadlines_.end_at && std::chrono::system_clock::now() >= *deadlines_.end_at) ||
+           (deadlines_.idle_ttl &&
+            std::chrono::steady_clock::now() - detached_at_ >= *deadlines_.idle_ttl);
+  }
+
+  // poll's timeout until the next deadline, -1 with none. At most a minute, so that a wall clock
+  // set back or forward is noticed.
+  int timeout_ms() const {
+    using std::chrono::milliseconds;
+    std::optional<milliseconds> wait;
+    auto sooner = [&](milliseconds left) { wait = wait ? std::min(*wait, left) : left; };
+    if (deadlines_.end_at) {
+      sooner(
+          std::chrono::ceil<milliseconds>(*deadlines_.end_at - std::chrono::system_clock::now()));
+    }
+    if (deadlines_.idle_ttl) {
+      sooner(std::chrono::ceil<milliseconds>(detached_at_ + *deadlines_.idle_ttl -
+                                             std::chrono::steady_clock::now()));
+    }
+    if (!wait) return -1;
+    return static_cast<int>(std::clamp<int64_t>(wait->count(), 0, kMaxDeadlineWaitMs));
+  }
+
+ private:
+  static constexpr int64_t kMaxDeadlineWaitMs = 60'000;
+  SandboxDeadlines deadlines_;
+  std::chrono::steady_clock::time_point detached_at_ = std::chrono::steady_clock::now();
+};
+
+// Reads what a client sent on its attachment; false once it closed.
+bool read_attachment(int fd, DeadlineWatch& watch) {
+  char buffer[PATH_MAX + 64];
+  ssize_t n = recv(fd, buffer, sizeof buffer, MSG_DONTWAIT);
+  if (n < 0) return errno == EAGAIN || errno == EINTR;
+  if (n == 0) return false;
+  const std::string message(buffer, static_cast<size_t>(n));
+  if (message.starts_with(kDeadlines)) {
+    if (auto deadlines = parse_deadlines(message)) watch.set(std::move(*deadlines));
+  }
+  return true;
+}
+
 }  // namespace
 
 int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
@@ -273,17 +381,34 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   ready.reset();
 
   UniqueFd destroy_request;
+  // Clients attached: the connections of their "oom_counter" requests, kept open (a supervisor
+  // of an older hutch closes them; a client of one closes its own). While there is one, it is
+  // in charge of the deadlines.
+  std::vector<UniqueFd> attachments;
+  DeadlineWatch deadlines;
+  bool expired = false;
+  constexpr size_t kFixedFds = 4;
   for (bool serving = true; serving;) {
-    pollfd fds[4] = {{launched->init->pidfd(), POLLIN, 0},
-                     {stop_signals.get(), POLLIN, 0},
-                     {requests->get(), POLLIN, 0},
-                     {launched->sync.get(), POLLIN, 0}};
-    if (poll(fds, 4, -1) < 0) continue;
+    expired = attachments.empty() && deadlines.due();
+    if (expired) break;
+    std::vector<pollfd> fds = {{launched->init->pidfd(), POLLIN, 0},
+                               {stop_signals.get(), POLLIN, 0},
+                               {requests->get(), POLLIN, 0},
+                               {launched->sync.get(), POLLIN, 0}};
+    for (const UniqueFd& attachment : attachments) fds.push_back({attachment.get(), POLLIN, 0});
+    if (poll(fds.data(), fds.size(), attachments.empty() ? deadlines.timeout_ms() : -1) < 0)
+      continue;
     if (fds[0].revents != 0 || fds[1].revents != 0) break;
     if (fds[3].revents != 0) {
       SyncMessage ignored{};
       if (recv_sync(launched->sync.get(), &ignored, nullptr, nullptr, true) == 0)
         launched->sync.reset();
+    }
+    for (size_t i = attachments.size(); i-- > 0;) {
+      if (fds[kFixedFds + i].revents == 0 || read_attachment(attachments[i].get(), deadlines))
+        continue;
+      attachments.erase(attachments.begin() + static_cast<std::ptrdiff_t>(i));
+      if (attachments.empty()) deadlines.detached();
     }
     if (fds[2].revents & POLLIN) {
       UniqueFd conn(accept4(requests->get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -301,6 +426,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
       }
       if (request == "oom_counter") {
         send_oom_counter(launched->cgroup, conn.get());
+        attachments.push_back(std::move(conn));
         continue;
       }
       const std::string reply = request.starts_with("snapshot ")
@@ -311,6 +437,9 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   }
 
   // Teardown: init's death takes every process of the namespace with it; then the cgroups.
+  // A deadline may find the sandbox paused: a frozen cgroup v1 task takes SIGKILL only once
+  // thawed.
+  if (expired && launched->cgroup) (void)launched->cgroup->thaw();
   launched->init->kill();
   rusage usage{};
   std::string reply = "ok";
@@ -320,6 +449,11 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   }
   if (destroy_request) {
     (void)!send(destroy_request.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
+  }
+  // Ended by a deadline: no client will remove the sandbox's dir (nor read its log, in it).
+  if (expired && !deadlines.state_dir().empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(deadlines.state_dir(), ignored);
   }
   return reply == "ok" ? 0 : 1;
 }
@@ -382,8 +516,12 @@ Result<LiveSandbox> LiveSandbox::connect(const LiveSandboxRef& ref) {
     return plain_error("connect", "init " + std::to_string(ref.init_pid) +
                                       " is not the supervisor's child any more");
   }
-  auto counter = sandbox.supervisor_request("oom_counter", &sandbox.oom_counter_);
-  if (!counter) return std::unexpected(counter.error());
+  auto attachment = connect_unix(ref.supervisor_socket);
+  if (!attachment) return std::unexpected(attachment.error());
+  auto attached =
+      exchange(attachment->get(), ref.supervisor_socket, "oom_counter", &sandbox.oom_counter_);
+  if (!attached) return std::unexpected(attached.error());
+  sandbox.attachment_ = std::move(*attachment);
   return sandbox;
 }
 
@@ -497,24 +635,15 @@ Result<std::string> LiveSandbox::supervisor_request(const std::string& command,
                                                     UniqueFd* received_fd) const {
   auto conn = connect_unix(ref_.supervisor_socket);
   if (!conn) return std::unexpected(conn.error());
-  if (send(conn->get(), command.data(), command.size(), MSG_NOSIGNAL) < 0)
-    return sys_error("send", command + " to " + ref_.supervisor_socket);
-  pollfd reply{conn->get(), POLLIN, 0};
-  int ready;
-  while ((ready = poll(&reply, 1, kSupervisorRequestTimeoutMs)) < 0 && errno == EINTR) {
-  }
-  if (ready == 0) return plain_error(command, "no answer from the supervisor in time");
-  char buffer[1024];
-  int fd = -1;
-  int fd_count = received_fd != nullptr ? 1 : 0;
-  long n = recv_with_fds(conn->get(), buffer, sizeof buffer, &fd, &fd_count);
-  if (fd_count == 1) received_fd->reset(fd);
-  if (n <= 0) return plain_error(command, "the supervisor closed the connection");
-  std::string answer(buffer, static_cast<size_t>(n));
-  if (answer.starts_with("error ")) return plain_error(command, answer.substr(6));
-  if (answer != "ok" && !answer.starts_with("ok "))
-    return plain_error(command, "bad answer " + answer);
-  return answer.size() > 3 ? answer.substr(3) : std::string();
+  return exchange(conn->get(), ref_.supervisor_socket, command, received_fd);
+}
+
+Result<void> LiveSandbox::set_deadlines(const SandboxDeadlines& deadlines) const {
+  const std::string message = format_deadlines(deadlines);
+  if (message.size() > PATH_MAX) return plain_error("deadlines", "state dir path too long");
+  if (send(attachment_.get(), message.data(), message.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+    return sys_error("send", "deadlines to " + ref_.supervisor_socket);
+  return {};
 }
 
 Result<void> LiveSandbox::freeze() const {

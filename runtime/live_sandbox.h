@@ -4,7 +4,8 @@
 // - the supervisor (serve_sandbox) builds the sandbox, stays its parent, owns its cgroups, and
 //   answers freeze/thaw/stats/destroy on `supervisor_socket`; when init ends, it tears down and
 //   exits. It does not depend on hutchd: a restarted hutchd reconnects to it
-//   (LiveSandbox::connect).
+//   (LiveSandbox::connect), and while no client is attached it enforces the sandbox's deadlines
+//   itself (LiveSandbox::set_deadlines).
 // - init (pid 1 inside, fully confined) accepts exec requests on `exec_socket`, a listening socket
 //   on the host bound by the supervisor before clone3, and forks one shim per exec.
 // - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on
@@ -57,6 +58,21 @@ Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds 
                                         const std::string& exec_socket,
                                         const std::string& supervisor_socket);
 
+// What the supervisor enforces by itself while no LiveSandbox is attached to it (connect attaches;
+// the attachment ends when that LiveSandbox is destroyed or its process dies). While one is
+// attached, its owner (hutchd's reaper) is in charge and the supervisor does nothing, so a
+// sandbox is never torn down twice. Frozen or not, a due sandbox is thawed and destroyed as by
+// LiveSandbox::destroy, then `state_dir` is removed.
+struct SandboxDeadlines {
+  // Max lifetime: an absolute wall-clock time, so that an adopting client sends the same one.
+  std::optional<std::chrono::system_clock::time_point> end_at;
+  // Idle TTL, counted from the moment the last attachment closed: no client can have seen any
+  // activity later than that. Zero: the sandbox ends as soon as no client is attached.
+  std::optional<std::chrono::milliseconds> idle_ttl;
+  // The client's directory for this sandbox (removed recursively); empty: none.
+  std::string state_dir;
+};
+
 struct ExecRequest {
   std::vector<std::string> argv;  // argv[0] is searched in the sandbox's PATH (from env) if bare
   std::vector<std::string> env;   // complete environment, "K=V"
@@ -107,7 +123,8 @@ class ExecProcess {
 // concurrently from many threads.
 class LiveSandbox {
  public:
-  // Checks that the supervisor and init are alive and are the processes `ref` names.
+  // Checks that the supervisor and init are alive and are the processes `ref` names, and attaches
+  // to the supervisor (SandboxDeadlines) until this object is destroyed.
   static Result<LiveSandbox> connect(const LiveSandboxRef& ref);
 
   const LiveSandboxRef& ref() const { return ref_; }
@@ -136,6 +153,10 @@ class LiveSandbox {
   // Kills every process, removes mounts and cgroups, and waits until the supervisor has exited.
   // Idempotent; succeeds when the sandbox is already gone.
   Result<void> destroy() const;
+  // Replaces the deadlines the supervisor enforces once no client is attached. One message on
+  // the attachment, no round trip: the supervisor reads it before it can see the attachment
+  // close, so it holds even if the caller dies right after.
+  Result<void> set_deadlines(const SandboxDeadlines& deadlines) const;
 
  private:
   LiveSandbox() = default;
@@ -143,6 +164,7 @@ class LiveSandbox {
   Result<std::string> supervisor_request(const std::string& command,
                                          UniqueFd* received_fd = nullptr) const;
   LiveSandboxRef ref_;
+  UniqueFd attachment_;  // the connection of the "oom_counter" request, kept open
   UniqueFd supervisor_pidfd_;
   UniqueFd init_pidfd_;
   UniqueFd oom_counter_;

@@ -1,10 +1,13 @@
 // hutchd restarts: a clean SIGTERM and a kill -9 both leave sandboxes running; the next hutchd
 // re-adopts them, and sandboxes that died meanwhile are removed and reported. Nothing is left
-// behind after a delete: no supervisor, no cgroup.
+// behind after a delete: no supervisor, no cgroup. With no hutchd at all, each sandbox still ends
+// at its idle TTL and max lifetime: its supervisor destroys it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "tests/common/command.h"
@@ -41,6 +44,76 @@ bool process_running(int pid) {
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
+// Polls `condition` every 50 ms until it holds or `timeout` passed; its last value.
+bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Loop devices (/dev/loopN) bound to a file under `prefix`.
+std::vector<std::string> loop_devices_under(const std::string& prefix) {
+  std::vector<std::string> devices;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/block", ignored)) {
+    const std::string name = entry.path().filename();
+    if (!name.starts_with("loop")) continue;
+    const std::string backing = read_file_or_empty(entry.path() / "loop" / "backing_file");
+    if (backing.starts_with(prefix)) devices.push_back("/dev/" + name);
+  }
+  return devices;
+}
+
+// Host processes in the mount namespace with this inode.
+int processes_in_mount_namespace(ino_t inode) {
+  int count = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    struct stat ns {};
+    if (::stat((entry.path() / "ns" / "mnt").c_str(), &ns) == 0 && ns.st_ino == inode) ++count;
+  }
+  return count;
+}
+
+// What a live sandbox holds on the host.
+struct Footprint {
+  int supervisor = 0;
+  int init = 0;
+  ino_t mount_namespace = 0;
+  std::vector<std::string> cgroups;
+  std::vector<std::string> loop_devices;
+  std::string dir;  // <state>/sandboxes/<id>
+};
+
+// Nothing of the sandbox remains (polled: the supervisor's parent may reap it late).
+bool gone(const Footprint& sandbox) {
+  if (process_running(sandbox.supervisor) || process_running(sandbox.init)) return false;
+  for (const std::string& dir : sandbox.cgroups) {
+    if (std::filesystem::exists(dir)) return false;
+  }
+  for (const std::string& device : sandbox.loop_devices) {
+    const std::string name = std::filesystem::path(device).filename();
+    if (!read_file_or_empty("/sys/block/" + name + "/loop/backing_file").empty()) return false;
+  }
+  return processes_in_mount_namespace(sandbox.mount_namespace) == 0 &&
+         !std::filesystem::exists(sandbox.dir);
+}
+
+void expect_gone(const Footprint& sandbox) {
+  EXPECT_FALSE(process_running(sandbox.supervisor)) << "supervisor " << sandbox.supervisor;
+  EXPECT_FALSE(process_running(sandbox.init)) << "init " << sandbox.init;
+  for (const std::string& dir : sandbox.cgroups) EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+  for (const std::string& device : sandbox.loop_devices) {
+    const std::string name = std::filesystem::path(device).filename();
+    EXPECT_EQ(read_file_or_empty("/sys/block/" + name + "/loop/backing_file"), "") << device;
+  }
+  EXPECT_EQ(processes_in_mount_namespace(sandbox.mount_namespace), 0);
+  EXPECT_FALSE(std::filesystem::exists(sandbox.dir)) << sandbox.dir;
+}
+
 class RecoveryTest : public ::testing::Test {
  protected:
   void SetUp() override { HUTCH_REQUIRE_ROOT(); }
@@ -53,6 +126,13 @@ class RecoveryTest : public ::testing::Test {
     }
     if (HasFailure() && daemon_)
       std::fprintf(stderr, "--- hutchd log ---\n%s\n", daemon_->log().c_str());
+    // Sandboxes a failed deadline test left without a daemon: their supervisors tear them down
+    // on SIGTERM.
+    for (const Footprint& sandbox : footprints_) {
+      if (!process_running(sandbox.supervisor)) continue;
+      ::kill(sandbox.supervisor, SIGTERM);
+      wait_until([&] { return !process_running(sandbox.supervisor); }, std::chrono::seconds(10));
+    }
   }
   void restart_after(int sig) {
     daemon_->stop(sig);
@@ -103,8 +183,53 @@ class RecoveryTest : public ::testing::Test {
     EXPECT_FALSE(std::filesystem::exists(daemon_->state_dir() + "/sandboxes/" + id));
   }
 
+  // A sandbox on an erofs layer (a snapshot of another sandbox: a loop device) with `config`.
+  std::string create_on_a_layer(json config) {
+    auto base = daemon_->post("/v1/sandboxes", json::object());
+    EXPECT_EQ(base.status, 201) << base.raw;
+    const std::string base_id = base.body.value("id", "");
+    auto snapshot = daemon_->post("/v1/sandboxes/" + base_id + "/snapshot", {{"name", "base"}});
+    EXPECT_EQ(snapshot.status, 201) << snapshot.raw;
+    EXPECT_EQ(daemon_->del("/v1/sandboxes/" + base_id + "?wait=true").status, 204);
+    config["recipe"] = "base";
+    auto created = daemon_->post("/v1/sandboxes", config);
+    EXPECT_EQ(created.status, 201) << created.raw;
+    return created.body.value("id", "");
+  }
+  Footprint footprint(const std::string& id) {
+    Footprint sandbox;
+    const json ref = record(id)["ref"];
+    sandbox.supervisor = ref.value("supervisor_pid", 0);
+    sandbox.init = ref.value("init_pid", 0);
+    struct stat ns {};
+    if (::stat(("/proc/" + std::to_string(sandbox.init) + "/ns/mnt").c_str(), &ns) == 0)
+      sandbox.mount_namespace = ns.st_ino;
+    sandbox.cgroups = cgroup_dirs(sandbox.init);
+    sandbox.loop_devices = loop_devices_under(temp_.path());
+    sandbox.dir = daemon_->state_dir() + "/sandboxes/" + id;
+    EXPECT_TRUE(process_running(sandbox.init));
+    EXPECT_NE(sandbox.mount_namespace, 0u);
+    EXPECT_FALSE(sandbox.cgroups.empty());
+    footprints_.push_back(sandbox);
+    return sandbox;
+  }
+  // Kills hutchd for good: the sandboxes are on their own.
+  void kill_daemon(int sig) {
+    daemon_->stop(sig);
+    daemon_.reset();
+  }
+  // Waits until nothing of `sandbox` remains and checks it: at most `timeout`, and not before
+  // `not_before` (the sandbox's deadline as the test knows it).
+  void expect_ends(const Footprint& sandbox, std::chrono::steady_clock::time_point not_before,
+                   std::chrono::seconds timeout = std::chrono::seconds(20)) {
+    EXPECT_TRUE(wait_until([&] { return gone(sandbox); }, timeout));
+    EXPECT_GE(std::chrono::steady_clock::now(), not_before) << "the sandbox ended too early";
+    expect_gone(sandbox);
+  }
+
   TempDir temp_;
   std::unique_ptr<Hutchd> daemon_;
+  std::vector<Footprint> footprints_;
 };
 
 TEST_F(RecoveryTest, SigtermLeavesSandboxesForTheNextDaemon) { check_restart(SIGTERM); }
@@ -166,8 +291,7 @@ TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
   }
   EXPECT_NE(daemon_->log().find("cgroup sweep: removed 1 "), std::string::npos) << daemon_->log();
   // The parents are this test's to remove (nothing else is in them).
-  for (const std::string& dir : dirs)
-    ::rmdir(std::filesystem::path(dir).parent_path().c_str());
+  for (const std::string& dir : dirs) ::rmdir(std::filesystem::path(dir).parent_path().c_str());
 }
 
 TEST_F(RecoveryTest, DestroyOnExitLeavesNothing) {
@@ -179,6 +303,118 @@ TEST_F(RecoveryTest, DestroyOnExitLeavesNothing) {
   EXPECT_EQ(daemon_->stop(SIGTERM), 0);
   EXPECT_FALSE(process_running(supervisor));
   EXPECT_TRUE(std::filesystem::is_empty(temp_.path() + "/state/sandboxes"));
+}
+
+// ---- Deadlines with no hutchd: the supervisor ends the sandbox by itself ----
+
+TEST_F(RecoveryTest, MaxLifetimeEndsASandboxWhoseDaemonWasKilled) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  const auto created = std::chrono::steady_clock::now();
+  const std::string id = create_on_a_layer({{"max_lifetime_seconds", 3}, {"idle_ttl_seconds", 0}});
+  ASSERT_FALSE(id.empty());
+  const Footprint sandbox = footprint(id);
+  ASSERT_FALSE(sandbox.loop_devices.empty()) << "the recipe's erofs layer is on a loop device";
+  kill_daemon(SIGKILL);
+  EXPECT_TRUE(process_running(sandbox.init));
+  expect_ends(sandbox, created + std::chrono::seconds(3));
+}
+
+TEST_F(RecoveryTest, IdleTtlEndsASandboxWhoseDaemonWasKilled) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  auto created = daemon_->post("/v1/sandboxes", {{"idle_ttl_seconds", 3}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  const Footprint sandbox = footprint(id);
+  // Activity until the kill: the TTL counts from when hutchd went, not from the create.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(daemon_->post("/v1/sandboxes/" + id + "/exec", {{"command", "sleep 0.5"}}).status,
+              200);
+  }
+  const auto killed = std::chrono::steady_clock::now();
+  kill_daemon(SIGKILL);
+  expect_ends(sandbox, killed + std::chrono::seconds(3));
+}
+
+TEST_F(RecoveryTest, IdleTtlEndsASandboxWhoseDaemonStoppedCleanly) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  auto created = daemon_->post("/v1/sandboxes", {{"idle_ttl_seconds", 2}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const Footprint sandbox = footprint(created.body["id"]);
+  const auto stopped = std::chrono::steady_clock::now();
+  kill_daemon(SIGTERM);
+  EXPECT_TRUE(process_running(sandbox.init)) << "a clean stop leaves sandboxes running";
+  expect_ends(sandbox, stopped + std::chrono::seconds(2));
+}
+
+// Nothing is left to adopt or reap it: the state dir is gone with the daemon.
+TEST_F(RecoveryTest, ASandboxEndsWhenItsDaemonAndStateDirAreGone) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  const auto created = std::chrono::steady_clock::now();
+  const std::string id = create_on_a_layer({{"max_lifetime_seconds", 3}});
+  ASSERT_FALSE(id.empty());
+  const Footprint sandbox = footprint(id);
+  ASSERT_FALSE(sandbox.loop_devices.empty());
+  const std::string state_dir = daemon_->state_dir();
+  kill_daemon(SIGKILL);
+  std::filesystem::remove_all(state_dir);
+  expect_ends(sandbox, created + std::chrono::seconds(3));
+}
+
+// A paused sandbox is not immortal: its deadlines run as a running one's.
+TEST_F(RecoveryTest, MaxLifetimeEndsAPausedSandboxWhoseDaemonWasKilled) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  const auto created = std::chrono::steady_clock::now();
+  auto made = daemon_->post("/v1/sandboxes", {{"max_lifetime_seconds", 3}});
+  ASSERT_EQ(made.status, 201) << made.raw;
+  const std::string id = made.body["id"];
+  const Footprint sandbox = footprint(id);
+  ASSERT_EQ(daemon_->post("/v1/sandboxes/" + id + "/pause", json::object()).status, 200);
+  kill_daemon(SIGKILL);
+  expect_ends(sandbox, created + std::chrono::seconds(3));
+}
+
+// A restarted hutchd adopts the sandbox before its deadline, and while it runs its reaper is in
+// charge: it destroys the sandbox at the deadline counted from the creation (once: the
+// supervisor does not tear it down too).
+TEST_F(RecoveryTest, AnAdoptedSandboxKeepsItsMaxLifetimeUnderTheReaper) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  const auto created = std::chrono::steady_clock::now();
+  auto made = daemon_->post("/v1/sandboxes", {{"max_lifetime_seconds", 4}});
+  ASSERT_EQ(made.status, 201) << made.raw;
+  const std::string id = made.body["id"];
+  const Footprint sandbox = footprint(id);
+  restart_after(SIGKILL);
+  EXPECT_EQ(daemon_->get("/v1/health").body["recovered"]["adopted"], 1);
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).status, 200);
+  EXPECT_TRUE(wait_until([&] { return daemon_->get("/v1/sandboxes/" + id).status == 404; },
+                         std::chrono::seconds(20)));
+  expect_ends(sandbox, created + std::chrono::seconds(4), std::chrono::seconds(10));
+  const std::string log = daemon_->log();
+  EXPECT_NE(log.find("sandbox=" + id + " destroyed (max lifetime reached)"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("destroy failed"), std::string::npos) << log;
+}
+
+// The deadline survives adoption: once the adopting hutchd is killed too, the supervisor still
+// ends the sandbox at the deadline counted from the creation.
+TEST_F(RecoveryTest, AnAdoptedSandboxKeepsItsMaxLifetimeWhenTheNextDaemonDiesToo) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  const auto created = std::chrono::steady_clock::now();
+  auto made = daemon_->post("/v1/sandboxes", {{"max_lifetime_seconds", 4}});
+  ASSERT_EQ(made.status, 201) << made.raw;
+  const std::string id = made.body["id"];
+  const Footprint sandbox = footprint(id);
+  restart_after(SIGKILL);
+  EXPECT_EQ(daemon_->get("/v1/health").body["recovered"]["adopted"], 1);
+  kill_daemon(SIGKILL);
+  expect_ends(sandbox, created + std::chrono::seconds(4));
 }
 
 }  // namespace

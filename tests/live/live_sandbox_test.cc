@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -366,6 +367,88 @@ TEST_F(LiveSandboxTest, DestroyLeavesNothingAndConnectRefusesAfterwards) {
           << entry.path();
     }
   }
+}
+
+// Waits (polling) until the supervisor, this process's child, exited; its exit status, -1 if it
+// still runs after `timeout`.
+int wait_exited(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return status;
+    if (std::chrono::steady_clock::now() >= end) return -1;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// A state dir for the supervisor to remove once it ended the sandbox by itself.
+std::string make_state_dir(const std::string& parent) {
+  const std::string dir = parent + "/state";
+  std::filesystem::create_directories(dir + "/sub");
+  std::ofstream(dir + "/sub/file") << "x";
+  return dir;
+}
+
+TEST_F(LiveSandboxTest, MaxLifetimeWaitsUntilNoClientIsAttached) {
+  const LiveSandboxRef ref = sandbox_->ref();
+  SandboxDeadlines deadlines;
+  deadlines.end_at = std::chrono::system_clock::now() + 300ms;
+  deadlines.state_dir = make_state_dir(dir_.path());
+  ASSERT_TRUE(sandbox_->set_deadlines(deadlines));
+  auto connected = LiveSandbox::connect(ref);
+  ASSERT_TRUE(connected) << connected.error().message();
+  std::optional<LiveSandbox> second(std::move(*connected));
+  sandbox_.reset();
+  // Past the deadline, but a client is still attached: it is in charge.
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(wait_exited(supervisor_, 0ms), -1);
+  EXPECT_TRUE(second->alive());
+  ExecRequest request;
+  request.argv = {"true"};
+  request.env = {"PATH=/usr/bin:/bin"};
+  auto process = second->exec(request);
+  ASSERT_TRUE(process) << process.error().message();
+  EXPECT_EQ(wait_exit(*process).exit_code, 0);
+
+  second.reset();
+  const int status = wait_exited(supervisor_, 10s);
+  ASSERT_NE(status, -1) << "the supervisor did not end the sandbox";
+  supervisor_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(ref.init_pid)));
+  EXPECT_FALSE(std::filesystem::exists(deadlines.state_dir));
+  EXPECT_FALSE(std::filesystem::exists(ref.supervisor_socket));
+}
+
+TEST_F(LiveSandboxTest, IdleTtlCountsFromTheLastDetach) {
+  const LiveSandboxRef ref = sandbox_->ref();
+  SandboxDeadlines deadlines;
+  deadlines.idle_ttl = 1s;
+  deadlines.state_dir = make_state_dir(dir_.path());
+  ASSERT_TRUE(sandbox_->set_deadlines(deadlines));
+  // Attached for longer than the TTL: nothing ends.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(run({"true"}).exit.exit_code, 0);
+  const auto detached = std::chrono::steady_clock::now();
+  sandbox_.reset();
+  const int status = wait_exited(supervisor_, 10s);
+  ASSERT_NE(status, -1) << "the supervisor did not end the sandbox";
+  supervisor_ = -1;
+  EXPECT_GE(std::chrono::steady_clock::now() - detached, 1s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(std::filesystem::exists("/proc/" + std::to_string(ref.init_pid)));
+  EXPECT_FALSE(std::filesystem::exists(deadlines.state_dir));
+}
+
+// Without deadlines (a client that never sent any) a detached sandbox runs on, as before.
+TEST_F(LiveSandboxTest, WithoutDeadlinesADetachedSandboxRunsOn) {
+  const LiveSandboxRef ref = sandbox_->ref();
+  sandbox_.reset();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(wait_exited(supervisor_, 0ms), -1);
+  auto again = LiveSandbox::connect(ref);
+  ASSERT_TRUE(again) << again.error().message();
+  sandbox_.emplace(std::move(*again));
 }
 
 }  // namespace
