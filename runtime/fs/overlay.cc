@@ -28,7 +28,7 @@ struct OverlayJob {
   const int* lowers = nullptr;
   size_t lower_count = 0;
   int upper_fs = -1;
-  char lower_paths[kMaxPassedFds][16] = {};
+  char lower_paths[kMaxPassedFds][32] = {};
   char lowerdir[256] = {};
   int overlay = -1;  // the result, in the shared fd table
   const char* step = nullptr;

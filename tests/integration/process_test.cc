@@ -76,12 +76,15 @@ TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
   const std::string& dir = temp.path();
   ASSERT_EQ(chown(dir.c_str(), 1000000000, 1000000000), 0);  // the sandbox root's host id
   // A setsid'd, double-forked grandchild that keeps appending to a host file.
-  auto r = hutch({"run", "--timeout", "500ms", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
+  // The workload waits for the grandchild's first tick, so that the timeout (long enough for a
+  // slow machine such as the qemu VM to get there) fires while it runs.
+  auto r = hutch({"run", "--timeout", "2s", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
                   "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec "
                   "sleep 1000 " +
-                      marker + "' & exec sleep 1000"});
+                      marker +
+                      "' & while [ ! -e /out/ticks ]; do sleep 0.01; done; exec sleep 1000"});
   EXPECT_EQ(r.exit_code, 124) << r.err;
-  EXPECT_LT(r.elapsed.count(), 3000);
+  EXPECT_LT(r.elapsed.count(), 6000);
   ASSERT_TRUE(fs::exists(dir + "/ticks")) << "the grandchild never ran";
   auto size = fs::file_size(dir + "/ticks");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

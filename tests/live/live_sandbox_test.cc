@@ -315,7 +315,12 @@ TEST_F(LiveSandboxTest, SnapshotCopiesTheUpperDirExactlyWhileAWriterRuns) {
                  "mv /opt/counter.tmp /opt/counter; done"};
   auto process = sandbox_->exec(writer);
   ASSERT_TRUE(process) << process.error().message();
-  std::this_thread::sleep_for(50ms);
+  // Writing by the time of the snapshot, however slow the machine (the qemu VM).
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (run({"test", "-s", "/opt/counter"}).exit.exit_code != 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the writer never wrote";
+    std::this_thread::sleep_for(10ms);
+  }
   const std::string dest = dir_.path() + "/snap";
   auto stats = sandbox_->snapshot(dest);
   ASSERT_TRUE(stats) << stats.error().message();
