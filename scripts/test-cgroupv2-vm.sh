@@ -13,7 +13,8 @@
 # - the binaries' output is printed, then per-binary results, then the VM wall time and, last, the line
 #     cgroupv2-vm: N passed, M failed
 #   counting individual gtest tests, or ctest tests for a binary that runs ctest (a binary that
-#   crashed or ended without a gtest or ctest summary counts as one test).
+#   crashed or ended without a gtest or ctest summary counts as one test; scripts/vm/results.sh
+#   reads the console).
 # Exit status: 0 all passed; 1 a test failed, a binary left no result, or the VM timed out;
 # 2 usage or setup error (no VM result).
 #
