@@ -2,6 +2,7 @@
 # Cold start of `true` under hutch and its peers, measured in one interleaved run (issue "hutch run
 # must beat bubblewrap"). Usage: bench/coldstart.sh [--runs N] [--warmup N] [--json FILE]
 # HUTCH=path picks the hutch binary (default build/hutch); a missing one is reported as skipped.
+# HUTCH_BASELINE=path adds another hutch binary (e.g. the build of main) for an A/B in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +52,11 @@ if [[ -x $hutch ]]; then
 else
   skip hutch "no executable $hutch (build it or set HUTCH=)"
   skip hutch-nolim "no executable $hutch (build it or set HUTCH=)"
+fi
+# A/B of a change on the start path: HUTCH_BASELINE=other/build/hutch runs beside it, interleaved.
+if [[ -n ${HUTCH_BASELINE:-} ]]; then
+  add hutch-base "$(realpath "$HUTCH_BASELINE") run -- /bin/true"
+  add hutch-base-nolim "$(realpath "$HUTCH_BASELINE") run --no-limits -- /bin/true"
 fi
 
 if have bwrap; then

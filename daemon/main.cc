@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -61,8 +62,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-concurrent", options.max_concurrent,
                  "Requests in flight before 429 too_many_requests")
       ->check(CLI::Range(1, 100000));
-  app.add_option("--max-connections", options.max_connections, "Worker threads (connections)")
+  app.add_option("--max-connections", options.max_connections,
+                 "Open connections in total before 503 connection_limit")
       ->check(CLI::Range(2, 100000));
+  app.add_option("--max-connections-per-peer", options.max_connections_per_peer,
+                 "Open connections per uid (unix socket) or address (TCP) before 429 "
+                 "too_many_connections")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--head-timeout", options.head_timeout_seconds,
+                 "Seconds to receive a whole request head before 408 request_timeout")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--max-file-bytes", options.max_file_bytes, "Largest file PUT/upload");
   app.add_option("--background-output-cap", options.background_output_cap,
                  "Bytes of each background stream kept on disk");
@@ -141,6 +150,18 @@ int main(int argc, char** argv) {
   // Before any thread exists (spdlog's stderr logger starts none): fork is safe only then.
   auto zygote = Zygote::start(zygote_binary());
   if (!zygote) return fail(zygote.error().message());
+  // Every connection is a descriptor, and the soft limit is 1024 under systemd: raise it to the
+  // hard limit (after the zygote started, so sandboxes keep the default), else a full
+  // --max-connections makes accept fail with EMFILE.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) != 0)
+    return fail("getrlimit(RLIMIT_NOFILE): " + std::string(std::strerror(errno)));
+  if (files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &files) != 0)
+      return fail("setrlimit(RLIMIT_NOFILE " + std::to_string(files.rlim_max) +
+                  "): " + std::strerror(errno));
+  }
 
   // Signals are taken synchronously by the main thread (sigwait); every thread started from
   // here on inherits the blocked mask.

@@ -5,12 +5,13 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#include <condition_variable>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string_view>
 
 #include "daemon/errors.h"
@@ -24,59 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<uint64_t> next_request{1};
 std::atomic<size_t> in_flight{0};
-
-// httplib serves each connection on one task-queue thread for its whole keep-alive life, so a
-// fixed pool of N threads is stalled by N idle keep-alive clients. This pool grows on demand up
-// to a cap; requests beyond the concurrency cap are refused (429) by the route wrapper, not
-// queued.
-class GrowingPool : public httplib::TaskQueue {
- public:
-  explicit GrowingPool(size_t max_threads) : max_threads_(max_threads) {}
-
-  void enqueue(std::function<void()> fn) override {
-    std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(fn));
-    // Idle workers that have not woken up yet count once: each takes one queued job.
-    if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { work(); });
-    } else {
-      ready_.notify_one();
-    }
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard lock(mutex_);
-      shutdown_ = true;
-    }
-    ready_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-  }
-
- private:
-  void work() {
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      ++idle_;
-      ready_.wait(lock, [&] { return shutdown_ || !jobs_.empty(); });
-      --idle_;
-      if (jobs_.empty()) return;  // shutdown
-      auto fn = std::move(jobs_.front());
-      jobs_.pop_front();
-      lock.unlock();
-      fn();
-      lock.lock();
-    }
-  }
-
-  size_t max_threads_;
-  std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
-  bool shutdown_ = false;
-};
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
   // Compares every byte of the longer string whatever the content: the time depends on the
@@ -143,13 +91,84 @@ struct SlotRelease {
   ~SlotRelease() { in_flight.fetch_sub(1); }
 };
 
+// Framing that two parties could read two ways (RFC 9112 6.3: request smuggling through a proxy,
+// or a body left unread that becomes the next "request"), which httplib would guess at: it
+// prefers a Transfer-Encoding it compares case-insensitively, reads the first of two
+// Content-Lengths with strtoull (so "-1" is 2^64-1 and "abc" is 0), and reads and discards a
+// body over its cap before answering 413. Refused before the body is read; the connection then
+// closes. `limit`: the largest body the route takes.
+std::optional<ApiError> check_framing(const httplib::Request& req, uint64_t limit) {
+  size_t lengths = req.get_header_value_count("Content-Length");
+  size_t encodings = req.get_header_value_count("Transfer-Encoding");
+  if (lengths > 0 && encodings > 0)
+    return ApiError(400, "invalid_framing", "both Content-Length and Transfer-Encoding are set");
+  if (encodings > 0) {
+    std::string encoding = req.get_header_value("Transfer-Encoding");
+    if (encodings > 1 || encoding != "chunked")
+      return ApiError(400, "invalid_framing",
+                      "Transfer-Encoding must be exactly \"chunked\", got \"" + encoding + "\"" +
+                          (encodings > 1 ? " and more" : ""));
+    return std::nullopt;
+  }
+  if (lengths == 0) return std::nullopt;
+  std::string length = req.get_header_value("Content-Length");
+  for (size_t i = 1; i < lengths; ++i) {
+    if (req.get_header_value("Content-Length", i) != length)
+      return ApiError(400, "invalid_framing", "two different Content-Length values");
+  }
+  // 19 digits fit a uint64_t.
+  if (length.empty() || length.size() > 19 ||
+      length.find_first_not_of("0123456789") != std::string::npos)
+    return ApiError(
+        400, "invalid_framing",
+        "Content-Length must be a decimal number of bytes, got \"" + length.substr(0, 40) + "\"");
+  if (std::stoull(length) > limit)
+    return ApiError(413, "payload_too_large",
+                    "Content-Length " + length + " is over this route's limit of " +
+                        std::to_string(limit) + " bytes");
+  return std::nullopt;
+}
+
+// Sets `res` to the error and closes the connection after the answer.
+void refuse_request(httplib::Response& res, const ApiError& error) {
+  res.status = error.status;
+  res.set_header("Connection", "close");
+  res.set_content(error_body(error.code, error.message), "application/json");
+  if (Connection* connection = current_connection()) connection->close_after_response();
+}
+
 }  // namespace
 
 // ---- helpers ----
 
 json parse_body(const httplib::Request& req) {
   if (req.body.empty()) return json::object();
-  return json::parse(req.body);  // throws json::parse_error: the wrapper answers invalid_json
+  // nlohmann keeps the last of two equal keys; a body naming a field twice is refused instead
+  // (two readers of one body must not see two requests). The callback sees each object's keys.
+  std::vector<std::vector<std::string>> keys;  // one list per open object
+  auto refuse_duplicates = [&keys](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        std::string key = parsed.get<std::string>();
+        if (std::ranges::find(keys.back(), key) != keys.back().end())
+          throw ApiError(400, "duplicate_key",
+                         "key \"" + key + "\" appears twice in one object of the body");
+        keys.back().push_back(std::move(key));
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  };
+  // Throws json::parse_error: the wrapper answers invalid_json.
+  return json::parse(req.body, refuse_duplicates);
 }
 
 void send_json(httplib::Response& res, int status, const json& body) {
@@ -248,24 +267,48 @@ void Routes::install(httplib::Server& server, bool tcp) const {
     if (route.method == "PUT") server.Put(route.pattern, wrap_reader(route));
   }
   const ServerOptions& options = context_.options;
-  // Before the body is read: authentication (TCP). (A JSON body over its cap is refused by the
-  // route wrapper once read: answering before reading it would leave the client blocked
-  // writing a body nobody reads.)
+  // Bodies of content-reader routes (file PUT) stream up to the payload cap; every other body is
+  // JSON, read whole, up to max_json_bytes.
+  const uint64_t payload_max = options.max_file_bytes + (1 << 20);
+  std::vector<std::string> reader_patterns;
+  for (const Route& route : routes_) {
+    if (route.reader) reader_patterns.push_back(route.pattern);
+  }
+  auto framing_error = [&options, payload_max, reader_patterns](const httplib::Request& req) {
+    bool reader = req.method == "PUT" && std::ranges::any_of(reader_patterns, [&](const auto& p) {
+                    return path_matches(p, req.path);
+                  });
+    return check_framing(req, reader ? payload_max : options.max_json_bytes);
+  };
+  // Before the body is read: framing (a refusal closes the connection, so the unread body is
+  // never taken for a request), then authentication (TCP).
   server.set_pre_routing_handler(
-      [&options, tcp](const httplib::Request& req, httplib::Response& res) {
+      [&options, tcp, framing_error](const httplib::Request& req, httplib::Response& res) {
+        if (auto error = framing_error(req)) {
+          refuse_request(res, *error);
+          return httplib::Server::HandlerResponse::Handled;
+        }
         if (tcp) {
           std::string header = req.get_header_value("Authorization");
           bool ok =
               header.starts_with("Bearer ") && constant_time_equal(header.substr(7), options.token);
           if (!ok) {
-            res.status = 401;
             res.set_header("WWW-Authenticate", "Bearer");
-            res.set_content(error_body("unauthorized", "a valid bearer token is required"),
-                            "application/json");
+            refuse_request(res, ApiError(401, "unauthorized", "a valid bearer token is required"));
             return httplib::Server::HandlerResponse::Handled;
           }
         }
         return httplib::Server::HandlerResponse::Unhandled;
+      });
+  // httplib answers "100 Continue" before routing: a body that will be refused is refused
+  // instead of invited.
+  server.set_expect_100_continue_handler(
+      [framing_error](const httplib::Request& req, httplib::Response& res) {
+        if (auto error = framing_error(req)) {
+          refuse_request(res, *error);
+          return error->status;
+        }
+        return 100;
       });
   // httplib's own errors (no route, body over the cap, bad request line) get the JSON shape
   // too; a path that exists under another method is a 405.
@@ -298,19 +341,16 @@ void Routes::install(httplib::Server& server, bool tcp) const {
         // with this type unless told otherwise.
         if (res.status == 413 &&
             req.get_header_value("Content-Type") == "application/x-www-form-urlencoded") {
-          message += ": bodies sent as application/x-www-form-urlencoded are limited to 8 KiB;"
-                     " send JSON with Content-Type: application/json";
+          message +=
+              ": bodies sent as application/x-www-form-urlencoded are limited to 8 KiB;"
+              " send JSON with Content-Type: application/json";
         }
         res.set_content(error_body(status_code_name(res.status), message), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
-  server.set_payload_max_length(options.max_file_bytes + (1 << 20));
-  server.set_read_timeout(options.read_timeout_seconds, 0);
-  server.set_write_timeout(options.write_timeout_seconds, 0);
-  server.set_keep_alive_timeout(5);
+  server.set_payload_max_length(payload_max);
+  // Timeouts (head, keep-alive, reads, writes) are the connection guard's.
   server.set_keep_alive_max_count(1000);
-  size_t max_connections = options.max_connections;
-  server.new_task_queue = [max_connections] { return new GrowingPool(max_connections); };
 }
 
 // ---- health, metrics, sandbox lifecycle, logs ----
@@ -419,6 +459,40 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
              });
 }
 
+// ---- Listener ----
+
+namespace {
+
+// Runs each accept's closure at once, on the accept thread: it only hands the socket to the
+// guard (see Listener in server.h).
+class InlineQueue : public httplib::TaskQueue {
+ public:
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
+}  // namespace
+
+Listener::Listener(ConnectionGuard& guard) : guard_(guard) {
+  new_task_queue = [] { return new InlineQueue; };
+}
+
+bool Listener::process_and_close_socket(socket_t sock) {
+  guard_.admit(UniqueFd(sock), *this);
+  return true;
+}
+
+bool Listener::serve(Connection& connection) {
+  ConnectionStream stream(connection, guard_.options());
+  do {
+    bool last = ++connection.requests >= keep_alive_max_count_;
+    bool client_closes = false;
+    if (!process_request(stream, last, client_closes, nullptr)) return false;
+    if (last || client_closes || connection.closing()) return false;
+  } while (connection.find_head());  // pipelined: the next head is already here
+  return true;
+}
+
 // ---- Daemon ----
 
 Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics)
@@ -445,7 +519,18 @@ Result<void> Daemon::bind() {
     if (probe.Get("/v1/health")) return plain_error("listen", "another hutchd serves " + path);
     ::unlink(path.c_str());
   }
-  unix_ = std::make_unique<Listener>();
+  const ServerOptions& options = context_.options;
+  GuardOptions limits;
+  limits.max_connections = options.max_connections;
+  limits.max_connections_per_peer = options.max_connections_per_peer;
+  limits.head_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(options.head_timeout_seconds * 1000)));
+  limits.read_timeout = std::chrono::seconds(options.read_timeout_seconds);
+  limits.write_timeout = std::chrono::seconds(options.write_timeout_seconds);
+  auto guard = ConnectionGuard::create(limits);
+  if (!guard) return std::unexpected(guard.error());
+  guard_ = std::move(*guard);
+  unix_ = std::make_unique<Listener>(*guard_);
   unix_->set_address_family(AF_UNIX);
   routes_.install(*unix_, false);
   // The socket is created with the umask, then narrowed: 0660 lets a "hutch" group in.
@@ -456,7 +541,7 @@ Result<void> Daemon::bind() {
   if (!unix_->raise_backlog(SOMAXCONN)) return sys_error("listen", path);
   if (::chmod(path.c_str(), 0660) != 0) return sys_error("chmod", path);
   if (context_.options.tcp_host) {
-    tcp_ = std::make_unique<Listener>();
+    tcp_ = std::make_unique<Listener>(*guard_);
     routes_.install(*tcp_, true);
     std::string address =
         *context_.options.tcp_host + ":" + std::to_string(context_.options.tcp_port);
@@ -487,15 +572,18 @@ void Daemon::start() {
 
 bool Daemon::stop(std::chrono::seconds grace) {
   stopping_.store(true);
-  // stop() closes the listening socket at once; each listener thread then waits for its
-  // connections' current requests.
+  // stop() closes the listening socket at once; connections between requests close now, those
+  // with a request in flight once it is answered.
   if (unix_) unix_->stop();
   if (tcp_) tcp_->stop();
   ::unlink(context_.options.socket_path.c_str());
+  if (guard_) guard_->close_parked();
   auto deadline = Clock::now() + grace;
-  while (serving_.load() > 0 && Clock::now() < deadline)
+  auto busy = [this] { return serving_.load() > 0 || (guard_ && guard_->busy() > 0); };
+  while (busy() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  bool clean = serving_.load() == 0;
+  bool clean = !busy();
+  if (clean && guard_) guard_->shutdown();
   for (std::thread& thread : threads_) {
     if (clean) {
       thread.join();

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/connection_guard.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_registry.h"
 
@@ -26,9 +27,11 @@ struct ServerOptions {
   std::string socket_path = "/run/hutch/hutchd.sock";
   std::optional<std::string> tcp_host;  // --listen HOST:PORT
   int tcp_port = 0;
-  std::string token;             // required with TCP
-  size_t max_concurrent = 64;    // requests in flight; more get 429
-  size_t max_connections = 256;  // worker threads (one per open connection)
+  std::string token;                      // required with TCP
+  size_t max_concurrent = 64;             // requests in flight; more get 429
+  size_t max_connections = 1024;          // open connections in total; more get 503
+  size_t max_connections_per_peer = 128;  // per uid (unix socket) or address (TCP); more get 429
+  double head_timeout_seconds = 10;       // to receive a whole request head; then 408
   uint64_t max_json_bytes = 8ull << 20;
   uint64_t max_file_bytes = 64ull << 20;
   uint64_t background_output_cap = 16ull << 20;
@@ -98,11 +101,26 @@ void add_layer_routes(Routes& routes, DaemonContext& context);
 std::shared_lock<std::shared_mutex> resolve_recipe(SandboxConfig& config,
                                                    const std::string& state_dir);
 
-// httplib::Server with its listening backlog raised: httplib listens with a backlog of 5, so a
-// burst of new unix-socket connections gets EAGAIN (refused) instead of waiting to be accepted.
-class Listener : public httplib::Server {
+// httplib::Server whose connections the ConnectionGuard holds between requests
+// (connection_guard.h), with its listening backlog raised: httplib listens with a backlog of 5,
+// so a burst of new unix-socket connections gets EAGAIN (refused) instead of waiting.
+//
+// How the guard learns each connection's fd: httplib's accept loop hands every accepted socket
+// to its task queue as an opaque closure that calls the virtual process_and_close_socket(sock)
+// (the hook SSLServer overrides for its handshake). Our task queue runs that closure inline on
+// the accept thread, and our override gives the socket to the guard. This keeps httplib's accept
+// loop (wrapping the listening socket would mean writing our own) and costs no thread per
+// connection (a task queue of threads would, which is what slow clients exhaust).
+class Listener : public httplib::Server, public RequestServer {
  public:
+  explicit Listener(ConnectionGuard& guard);
   bool raise_backlog(int backlog) { return ::listen(svr_sock_, backlog) == 0; }
+  // Runs httplib's request processing for each whole head in the connection's buffer.
+  bool serve(Connection& connection) override;
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+  ConnectionGuard& guard_;
 };
 
 class Daemon {
@@ -119,6 +137,7 @@ class Daemon {
  private:
   DaemonContext context_;
   Routes routes_;
+  std::unique_ptr<ConnectionGuard> guard_;  // before the listeners, which use it
   std::unique_ptr<Listener> unix_;
   std::unique_ptr<Listener> tcp_;
   std::vector<std::thread> threads_;

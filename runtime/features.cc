@@ -7,16 +7,21 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/plan.h"
 #include "runtime/fs/idmap.h"
+#include "runtime/fs/overlay.h"
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/unique_fd.h"
@@ -24,8 +29,8 @@
 namespace hutch {
 namespace {
 
-Feature from_errno(std::string name, int err, std::string ok_detail = "") {
-  return {std::move(name), err == 0, err == 0 ? std::move(ok_detail) : std::strerror(err)};
+Feature from_errno(std::string name, int err, std::string needed_for) {
+  return {std::move(name), err == 0, err == 0 ? "" : std::strerror(err), std::move(needed_for)};
 }
 
 // Runs `probe` in a forked child (which may change namespaces freely); returns its errno.
@@ -38,32 +43,20 @@ int in_child(const std::function<int()>& probe) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EFAULT;
 }
 
-bool write_text(const char* path, const char* text) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = write(fd, text, std::strlen(text)) == static_cast<ssize_t>(std::strlen(text));
-  close(fd);
-  return ok;
-}
-
-int probe_overlay_in_userns() {
-  return in_child([] {
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return errno;
-    if (!write_text("/proc/self/setgroups", "deny") || !write_text("/proc/self/uid_map", "0 0 1") ||
-        !write_text("/proc/self/gid_map", "0 0 1")) {
-      return errno;
-    }
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return errno;
-    if (mount("tmpfs", "/tmp", "tmpfs", 0, "size=1m") != 0) return errno;
-    for (const char* dir : {"/tmp/l", "/tmp/u", "/tmp/w", "/tmp/m"}) {
-      if (mkdir(dir, 0755) != 0) return errno;
-    }
-    if (mount("overlay", "/tmp/m", "overlay", 0,
-              "lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr") != 0) {
-      return errno;
-    }
-    return 0;
-  });
+// The root overlay as sandboxes get it (runtime/fs/overlay.h): mounted from the host's user
+// namespace by the helper, over a tmpfs lower with an opaque directory (trusted.overlay.*) and an
+// upper tmpfs.
+int probe_root_overlay() {
+  auto lower = make_upper_tmpfs(1 << 20, 0);
+  if (!lower) return lower.error().err ? lower.error().err : EINVAL;
+  UniqueFd dir(openat(lower->get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir || fsetxattr(dir.get(), kOverlayOpaqueXattr, "y", 1, 0) != 0) return errno;
+  auto upper = make_upper_tmpfs(1 << 20, 0);
+  if (!upper) return upper.error().err ? upper.error().err : EINVAL;
+  const int lowers[] = {lower->get()};
+  auto overlay = mount_overlay(lowers, upper->get());
+  if (!overlay) return overlay.error().err ? overlay.error().err : EINVAL;
+  return 0;
 }
 
 int probe_idmapped_mount() {
@@ -103,28 +96,57 @@ int probe_idmapped_mount() {
 
 }  // namespace
 
+std::pair<int, int> kernel_version(const std::string& release) {
+  int major = 0, minor = 0;
+  if (std::sscanf(release.c_str(), "%d.%d", &major, &minor) != 2) return {0, 0};
+  return {major, minor};
+}
+
 std::vector<Feature> probe_features() {
   std::vector<Feature> features;
+  utsname host{};
+  uname(&host);
+  const auto [major, minor] = kernel_version(host.release);
+  const std::string floor =
+      std::to_string(kMinimumKernel[0]) + "." + std::to_string(kMinimumKernel[1]);
+  features.push_back({"kernel",
+                      major > kMinimumKernel[0] ||
+                          (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]),
+                      std::string("Linux ") + host.release + "; minimum " + floor,
+                      "every guarantee is tested on Linux " + floor +
+                          " and later; older kernels lack the facilities below"});
   features.push_back(from_errno("user namespaces",
-                                in_child([] { return unshare(CLONE_NEWUSER) == 0 ? 0 : errno; })));
-  features.push_back(from_errno("overlayfs in a user namespace", probe_overlay_in_userns()));
-  features.push_back(from_errno("idmapped mounts", probe_idmapped_mount()));
+                                in_child([] { return unshare(CLONE_NEWUSER) == 0 ? 0 : errno; }),
+                                "every sandbox (3.8; unprivileged mapping of host ids)"));
+  features.push_back(from_errno("overlayfs (trusted xattrs on tmpfs)", probe_root_overlay(),
+                                "every sandbox's root: layers, the host rootfs's skeleton, the "
+                                "writable tmpfs layer (overlay over idmapped layers: 5.19)"));
+  features.push_back(from_errno("idmapped mounts", probe_idmapped_mount(),
+                                "the host rootfs and --rootfs DIR owned by host root (5.12 for "
+                                "ext4/xfs/btrfs, 6.3 for tmpfs; never 9p): without it only a "
+                                "rootfs owned by the sandbox's root host id works"));
 
   open_how how{};
   how.flags = O_PATH | O_CLOEXEC;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
   UniqueFd root(static_cast<int>(syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how)));
-  features.push_back(from_errno("openat2", root ? 0 : errno));
+  features.push_back(from_errno("openat2", root ? 0 : errno,
+                                "mount targets and hutchd's file API resolved inside the "
+                                "sandbox's root (5.6)"));
 
   // clone3 with a null argument fails with EFAULT/EINVAL where it exists.
   syscall(SYS_clone3, nullptr, 0);
-  features.push_back(from_errno("clone3", errno == ENOSYS ? ENOSYS : 0));
+  features.push_back(from_errno("clone3", errno == ENOSYS ? ENOSYS : 0,
+                                "creating every sandbox, placed into its cgroup at birth (5.7)"));
 
   UniqueFd self(pidfd_open_fd(getpid()));
-  features.push_back(from_errno("pidfd", self ? 0 : errno));
+  features.push_back(from_errno("pidfd", self ? 0 : errno,
+                                "waiting for and signalling sandboxes without pid reuse (5.4)"));
 
-  features.push_back(from_errno("close_range", close_range(~0U - 1, ~0U, 0) == 0 ? 0 : errno));
-  features.push_back(from_errno("seccomp filters", prctl(PR_GET_SECCOMP) >= 0 ? 0 : errno));
+  features.push_back(from_errno("close_range", close_range(~0U - 1, ~0U, 0) == 0 ? 0 : errno,
+                                "keeping hutch's fds out of the workload (5.11: CLOEXEC)"));
+  features.push_back(from_errno("seccomp filters", prctl(PR_GET_SECCOMP) >= 0 ? 0 : errno,
+                                "the syscall allowlist of every sandbox"));
 
   auto layout = read_cgroup_layout();
   if (layout) {
@@ -137,16 +159,16 @@ std::vector<Feature> probe_features() {
       detail += "; v1:";
       for (const CgroupV1Hierarchy& h : layout->v1) detail += " " + h.mount_point;
     }
-    features.push_back({"cgroup layout", layout->mode() != "none", detail});
+    features.push_back({"cgroup layout", layout->mode() != "none", detail, "every limit"});
   } else {
-    features.push_back({"cgroup layout", false, layout.error().message()});
+    features.push_back({"cgroup layout", false, layout.error().message(), "every limit"});
   }
   // Which hierarchy enforces each limit, planned one limit at a time so each gets its answer.
   for (CgroupLimit limit :
        {CgroupLimit::kMemory, CgroupLimit::kPids, CgroupLimit::kCpus, CgroupLimit::kCpuWeight}) {
     const std::string name = "limit " + std::string(limit_name(limit));
     if (!layout) {
-      features.push_back({name, false, layout.error().message()});
+      features.push_back({name, false, layout.error().message(), "this limit"});
       continue;
     }
     CgroupLimits limits;
@@ -156,7 +178,7 @@ std::vector<Feature> probe_features() {
     if (limit == CgroupLimit::kCpuWeight) limits.cpu_weight = 100;
     auto plan = plan_cgroups(*layout, limits);
     if (!plan) {
-      features.push_back({name, false, plan.error().message()});
+      features.push_back({name, false, plan.error().message(), "this limit"});
       continue;
     }
     for (const LimitEnforcement& enforced : plan->enforcement) {
@@ -165,7 +187,8 @@ std::vector<Feature> probe_features() {
           {name, true,
            "enforced by cgroup " +
                std::string(enforced.hierarchy.version == CgroupVersion::kV2 ? "v2" : "v1") + " " +
-               enforced.controller + " at " + enforced.hierarchy.mount_point});
+               enforced.controller + " at " + enforced.hierarchy.mount_point,
+           "this limit"});
     }
   }
   return features;

@@ -1,10 +1,12 @@
 #include "runtime/launch.h"
 
+#include <fcntl.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +17,10 @@
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/stale.h"
+#include "runtime/features.h"
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
+#include "runtime/fs/overlay.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/exec_search.h"
 #include "runtime/process/pidfd.h"
@@ -54,11 +58,10 @@ Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
   return {};
 }
 
-// upper_dir/{upper,work}, owned by the sandbox's root so that it can write its root directory;
-// upper_dir itself too (mode 0700), since the overlay is mounted with the sandbox root's creds.
+// upper_dir/{upper,work}, owned by the sandbox's root so that it owns its root directory (the
+// overlay's root takes the upper dir's owner); upper_dir itself 0700: the sandbox's files are no
+// other host user's business.
 Result<void> prepare_upper_dir(const SandboxSpec& spec) {
-  if (chown(spec.upper_dir.c_str(), spec.ids.host_base, spec.ids.host_base) != 0)
-    return sys_error("chown", spec.upper_dir + " to " + std::to_string(spec.ids.host_base));
   if (chmod(spec.upper_dir.c_str(), 0700) != 0) return sys_error("chmod", spec.upper_dir + " 0700");
   for (const char* name : {"upper", "work"}) {
     const std::string path = spec.upper_dir + "/" + name;
@@ -69,49 +72,51 @@ Result<void> prepare_upper_dir(const SandboxSpec& spec) {
   return {};
 }
 
-// Part two, while the child sets up its staging area: the lower trees. Idmapped through the
-// child's user namespace, host root's files appear as the sandbox root's.
-Result<void> send_layers(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
-                         int sync_fd) {
+// Part two, while the child sets up its staging area: the root overlay, mounted here (see
+// runtime/fs/overlay.h), over lower trees idmapped through the child's user namespace (host
+// root's files appear as the sandbox root's).
+Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
+                       int sync_fd, UniqueFd& upper_dir) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
-  std::vector<int> fds;
   for (const std::string& layer : prepared.layers) {
     auto tree = layer.ends_with(".erofs")
                     ? open_erofs_tree(layer)
                     : open_idmapped_tree(layer, userns->get(), prepared.spec.ids.host_base);
     if (!tree) return std::unexpected(tree.error());
-    fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
   }
   if (prepared.prebuilt_skeleton) {
-    fds.push_back(prepared.prebuilt_skeleton.get());
     trees.push_back(std::move(prepared.prebuilt_skeleton));
   } else if (skeleton.valid()) {
     auto built = skeleton.get();
     if (!built) return std::unexpected(built.error());
-    fds.push_back(built->get());
     trees.push_back(std::move(*built));
   }
   for (const std::string& lower : prepared.lowers) {
     auto tree = open_idmapped_tree(lower, userns->get(), prepared.spec.ids.host_base);
     if (!tree) return std::unexpected(tree.error());
-    fds.push_back(tree->get());
     trees.push_back(std::move(*tree));
   }
-  if (!prepared.spec.upper_dir.empty()) {
-    auto upper = open_writable_tree(prepared.spec.upper_dir);
-    if (!upper) return std::unexpected(upper.error());
-    fds.push_back(upper->get());
-    trees.push_back(std::move(*upper));
-  }
-  SyncMessage layers{};
-  layers.kind = SyncMessage::Kind::kLayers;
-  layers.from = SyncMessage::From::kParent;
-  if (int err = send_sync(sync_fd, layers, fds.data(), static_cast<int>(fds.size()))) {
-    return sys_error("sendmsg", "lower layers to sandbox child", err);
-  }
+  auto upper_fs = prepared.spec.upper_dir.empty()
+                      ? make_upper_tmpfs(prepared.spec.disk_bytes, prepared.spec.ids.host_base)
+                      : open_writable_tree(prepared.spec.upper_dir);
+  if (!upper_fs) return std::unexpected(upper_fs.error());
+  // Opened before the overlay helper attaches the tree (and its namespace takes the attachment
+  // away): a live sandbox's supervisor snapshots the upper dir through this fd.
+  upper_dir.reset(openat(upper_fs->get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!upper_dir) return sys_error("openat", "upper (the sandbox's upper layer)");
+  std::vector<int> fds;
+  for (const UniqueFd& tree : trees) fds.push_back(tree.get());
+  auto overlay = mount_overlay(fds, upper_fs->get());
+  if (!overlay) return std::unexpected(overlay.error());
+  SyncMessage root{};
+  root.kind = SyncMessage::Kind::kRoot;
+  root.from = SyncMessage::From::kParent;
+  const int overlay_fd = overlay->get();
+  if (int err = send_sync(sync_fd, root, &overlay_fd, 1))
+    return sys_error("sendmsg", "the root overlay to the sandbox child", err);
   return {};
 }
 
@@ -157,7 +162,29 @@ Result<siginfo_t> SandboxProcess::reap(rusage* usage) {
   return info;
 }
 
+namespace {
+
+// Older kernels lack mechanisms a guarantee rests on (docs/design.md#kernels): refused, never
+// weakened. Read once per process.
+Result<void> check_kernel() {
+  static const std::string release = [] {
+    utsname host{};
+    uname(&host);
+    return std::string(host.release);
+  }();
+  const auto [major, minor] = kernel_version(release);
+  if (major > kMinimumKernel[0] || (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]))
+    return {};
+  return plain_error("kernel", "Linux " + release + " is older than " +
+                                   std::to_string(kMinimumKernel[0]) + "." +
+                                   std::to_string(kMinimumKernel[1]) +
+                                   ", the oldest hutch supports (`hutch info` lists what it lacks)");
+}
+
+}  // namespace
+
 Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command) {
+  if (auto r = check_kernel(); !r) return r;
   out.spec = input;
   SandboxSpec& spec = out.spec;
   if (needs_command && (spec.argv.empty() || spec.argv[0].empty()))
@@ -190,9 +217,9 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
     out.layers.push_back(*canonical);
   }
   const size_t lower_count = out.layers.size() + out.lowers.size() + (out.host_rootfs ? 1 : 0);
-  if (lower_count + (spec.upper_dir.empty() ? 0 : 1) > kMaxPassedFds)
-    return plain_error("rootfs", "too many lower layers (at most " +
-                                     std::to_string(kMaxPassedFds - 1) + " with a host upper dir)");
+  if (lower_count > kMaxPassedFds)
+    return plain_error("rootfs", "too many lower layers (" + std::to_string(lower_count) +
+                                     "; at most " + std::to_string(kMaxPassedFds) + ")");
   if (!spec.upper_dir.empty()) {
     auto canonical = canonical_dir(spec.upper_dir, "upper dir");
     if (!canonical) return std::unexpected(canonical.error());
@@ -204,7 +231,7 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
     if (!canonical) return std::unexpected(canonical.error());
     bind.source = *canonical;
   }
-  auto mounts = build_mount_plan(spec, lower_count);
+  auto mounts = build_mount_plan(spec);
   if (!mounts) return std::unexpected(mounts.error());
   out.mounts = std::move(*mounts);
 
@@ -302,7 +329,7 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
 
   if (auto r = write_maps(prepared, init, launched.sync.get()); !r)
     return std::unexpected(r.error());
-  if (auto r = send_layers(prepared, skeleton, init, launched.sync.get()); !r)
+  if (auto r = send_root(prepared, skeleton, init, launched.sync.get(), launched.upper); !r)
     return std::unexpected(r.error());
 
   return launched;

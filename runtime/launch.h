@@ -68,15 +68,16 @@ class SandboxProcess {
 struct Launched {
   std::optional<SandboxCgroup> cgroup;
   std::optional<SandboxProcess> init;
-  UniqueFd sync;  // the parent's end of the sync socket
+  UniqueFd sync;   // the parent's end of the sync socket
+  UniqueFd upper;  // the overlay's upper dir (O_RDONLY), which only the parent can reach
 };
 
 // Creates the cgroups (limits written), clone3s the child into its namespaces (it joins its v1
-// cgroups itself), writes its id maps and sends it the lower layers. With a prebuilt netns the
-// calling process joins that network namespace for good (a supervisor, which lives for the
-// sandbox only). `skeleton_on_thread`: build
-// the host rootfs's skeleton (unless prebuilt) on a second thread meanwhile (faster; the child
-// must then not allocate, because clone3 may copy a lock that thread holds).
+// cgroups itself), writes its id maps, mounts the root overlay and sends it to the child. With a
+// prebuilt netns the calling process joins that network namespace for good (a supervisor, which
+// lives for the sandbox only). `skeleton_on_thread`: build the host rootfs's skeleton (unless
+// prebuilt) on a second thread meanwhile (faster; the child must then not allocate, because
+// clone3 may copy a lock that thread holds).
 Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread);
 
 }  // namespace hutch

@@ -98,7 +98,7 @@ std::string one_line(std::string text) {
 }
 
 // Waits for init's kServing, or the failure it reports while setting up.
-Result<void> wait_until_serving(Launched& launched, UniqueFd& upper) {
+Result<void> wait_until_serving(Launched& launched) {
   for (;;) {
     pollfd fds[2] = {{launched.sync.get(), POLLIN, 0}, {launched.init->pidfd(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
@@ -107,10 +107,7 @@ Result<void> wait_until_serving(Launched& launched, UniqueFd& upper) {
     }
     if (fds[0].revents != 0) {
       SyncMessage message{};
-      int fd = -1;
-      int fd_count = 1;
-      long n = recv_sync(launched.sync.get(), &message, &fd, &fd_count);
-      if (fd_count == 1) upper.reset(fd);
+      long n = recv_sync(launched.sync.get(), &message);
       if (n > 0 && message.kind == SyncMessage::Kind::kServing) return {};
       if (n > 0 && message.kind == SyncMessage::Kind::kFailure)
         return std::unexpected(Error{message.error.step, message.error.detail, message.error.err});
@@ -266,8 +263,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
 
   auto launched = launch_sandbox(prepared, false);
   if (!launched) return fail(launched.error());
-  UniqueFd upper;
-  if (auto r = wait_until_serving(*launched, upper); !r) return fail(r.error());
+  if (auto r = wait_until_serving(*launched); !r) return fail(r.error());
   exec_listener->reset();  // init has it
   auto self = read_proc_state(getpid());
   if (!self) return fail(self.error());
@@ -308,7 +304,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
         continue;
       }
       const std::string reply = request.starts_with("snapshot ")
-                                    ? snapshot(launched->cgroup, upper.get(), request.substr(9))
+                                    ? snapshot(launched->cgroup, launched->upper.get(), request.substr(9))
                                     : answer(launched->cgroup, request);
       (void)!send(conn.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
     }

@@ -51,13 +51,16 @@ int main(int argc, char** argv) {
   load_cmd->add_option("file", load_in, "The stream, or - for stdin")->required();
   load_cmd->add_option("--name", load_name, "Tag (default: the tag recorded by export)");
 
-  std::string import_source, import_name;
+  std::string import_source, import_name, import_platform;
   CLI::App* import_cmd = image->add_subcommand(
       "import",
       "A base rootfs from a rootfs tar (docker/podman export), an OCI layout (dir or tar) or a "
       "docker save tar; use it as --rootfs image:NAME");
   import_cmd->add_option("source", import_source, "FILE or DIR")->required();
   import_cmd->add_option("--name", import_name, "Image name")->required();
+  import_cmd->add_option("--platform", import_platform,
+                         "os/arch[/variant] to take from a multi-platform index (default: this "
+                         "host's, e.g. linux/amd64)");
 
   try {
     app.parse(argc, argv);
@@ -97,7 +100,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", digest->c_str());
     return 0;
   }
-  auto path = image::import_rootfs(*store, import_source, import_name);
+  auto platform =
+      import_platform.empty() ? image::host_platform() : image::parse_platform(import_platform);
+  if (!platform) return fail(platform.error());
+  auto path = image::import_rootfs(*store, import_source, import_name, *platform);
   if (!path) return fail(path.error());
   std::printf("%s\n", path->c_str());
   return 0;

@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -99,9 +101,40 @@ Result<std::string> blob_path(const std::string& dir, const std::string& digest)
   return path;
 }
 
-// The layer tars of an image directory, bottom first: OCI (index.json, possibly through a nested
-// index) or docker save (manifest.json's Layers).
-Result<std::vector<std::string>> image_layers(const std::string& dir) {
+Platform entry_platform(const nlohmann::json& entry) {
+  Platform platform;
+  if (!entry.contains("platform") || !entry["platform"].is_object()) return platform;
+  const nlohmann::json& p = entry["platform"];
+  platform.os = p.value("os", "");
+  platform.architecture = p.value("architecture", "");
+  platform.variant = p.value("variant", "");
+  return platform;
+}
+
+// The digest of the manifest for `wanted` among an index's `manifests`. An index of one entry
+// that names no platform (an OCI layout's top index.json pointing at the image's own index or
+// manifest) is that entry.
+Result<std::string> pick_manifest(const nlohmann::json& manifests, const Platform& wanted,
+                                  const std::string& dir) {
+  if (!manifests.is_array() || manifests.empty())
+    return plain_error("import", dir + ": empty index");
+  if (manifests.size() == 1 && !manifests[0].contains("platform"))
+    return manifests[0]["digest"].get<std::string>();
+  std::string listed;
+  for (const auto& entry : manifests) {
+    const Platform platform = entry_platform(entry);
+    if (platform_matches(wanted, platform)) return entry["digest"].get<std::string>();
+    if (!platform.architecture.empty())
+      listed += (listed.empty() ? "" : ", ") + platform.to_string();
+  }
+  return plain_error("import", dir + ": the index has no image for " + wanted.to_string() +
+                                   " (it lists " + (listed.empty() ? "no platforms" : listed) +
+                                   "; choose one with --platform os/arch[/variant])");
+}
+
+// The layer tars of an image directory, bottom first: OCI (index.json, through nested indexes to
+// the manifest for `platform`) or docker save (manifest.json's Layers).
+Result<std::vector<std::string>> image_layers(const std::string& dir, const Platform& platform) {
   std::vector<std::string> layer_paths;
   try {
     if (::access((dir + "/index.json").c_str(), F_OK) == 0) {
@@ -110,8 +143,9 @@ Result<std::vector<std::string>> image_layers(const std::string& dir) {
       nlohmann::json current = *index;
       for (int depth = 0; depth < 4; ++depth) {
         if (!current.contains("manifests")) break;
-        if (current["manifests"].empty()) return plain_error("import", dir + ": empty index");
-        auto path = blob_path(dir, current["manifests"][0]["digest"].get<std::string>());
+        auto digest = pick_manifest(current["manifests"], platform, dir);
+        if (!digest) return std::unexpected(digest.error());
+        auto path = blob_path(dir, *digest);
         if (!path) return std::unexpected(path.error());
         auto next = read_json(*path);
         if (!next) return std::unexpected(next.error());
@@ -141,8 +175,8 @@ Result<std::vector<std::string>> image_layers(const std::string& dir) {
   }
 }
 
-Result<void> apply_layers(const std::string& dir, int root_fd) {
-  auto paths = image_layers(dir);
+Result<void> apply_layers(const std::string& dir, int root_fd, const Platform& platform) {
+  auto paths = image_layers(dir, platform);
   if (!paths) return std::unexpected(paths.error());
   for (const std::string& path : *paths) {
     if (auto done = extract_file(path, root_fd, Whiteouts::kApply); !done) return done;
@@ -152,8 +186,50 @@ Result<void> apply_layers(const std::string& dir, int root_fd) {
 
 }  // namespace
 
+std::string Platform::to_string() const {
+  return os + "/" + architecture + (variant.empty() ? "" : "/" + variant);
+}
+
+Result<Platform> parse_platform(std::string_view text) {
+  std::vector<std::string> parts;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find('/', start);
+    if (end == std::string_view::npos) end = text.size();
+    parts.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  if (parts.size() < 2 || parts.size() > 3 || std::ranges::any_of(parts, &std::string::empty))
+    return plain_error("platform", "\"" + std::string(text) + "\" is not os/arch[/variant]");
+  return Platform{parts[0], parts[1], parts.size() == 3 ? parts[2] : ""};
+}
+
+Result<Platform> host_platform() {
+  struct utsname host;
+  if (uname(&host) != 0) return sys_error("uname", "host platform");
+  const std::string_view machine = host.machine;
+  // uname's machine names in the GOARCH terms OCI uses (image-spec config.md: architecture).
+  static constexpr std::pair<std::string_view, std::string_view> kArchitectures[] = {
+      {"x86_64", "amd64"},    {"aarch64", "arm64"},       {"i686", "386"},
+      {"i386", "386"},        {"ppc64le", "ppc64le"},     {"s390x", "s390x"},
+      {"riscv64", "riscv64"}, {"loongarch64", "loong64"},
+  };
+  for (const auto& [uname_machine, architecture] : kArchitectures) {
+    if (machine == uname_machine) return Platform{"linux", std::string(architecture), ""};
+  }
+  if (machine.starts_with("armv7")) return Platform{"linux", "arm", "v7"};
+  if (machine.starts_with("armv6")) return Platform{"linux", "arm", "v6"};
+  return Platform{"linux", std::string(machine), ""};
+}
+
+bool platform_matches(const Platform& wanted, const Platform& entry) {
+  if (entry.os != wanted.os || entry.architecture != wanted.architecture) return false;
+  if (wanted.variant.empty()) return true;
+  const bool implied_v8 = entry.architecture == "arm64" && entry.variant.empty();
+  return entry.variant == wanted.variant || (implied_v8 && wanted.variant == "v8");
+}
+
 Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& source,
-                                  const std::string& name) {
+                                  const std::string& name, const Platform& platform) {
   if (auto valid = layers::validate_name(name); !valid) return std::unexpected(valid.error());
   auto lock = store.lock("image-" + name);
   if (!lock) return std::unexpected(lock.error());
@@ -169,17 +245,19 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
       S_ISDIR(st.st_mode) && (::access((source + "/index.json").c_str(), F_OK) == 0 ||
                               ::access((source + "/manifest.json").c_str(), F_OK) == 0);
   if (S_ISDIR(st.st_mode) && !image_dir) {
-    // A plain rootfs directory: an exact copy.
+    // A plain rootfs directory: an exact copy, but for overlay control xattrs (from outside).
     UniqueFd src(::open(source.c_str(), kDirFlags));
     if (!src) return sys_error("open", source);
-    if (auto copied = layers::copy_tree(src.get(), scratch_fd.get(), "rootfs"); !copied)
+    if (auto copied =
+            layers::copy_tree(src.get(), scratch_fd.get(), "rootfs", layers::OverlayXattrs::kNone);
+        !copied)
       return std::unexpected(copied.error());
   } else {
     if (mkdir(rootfs.c_str(), 0755) != 0) return sys_error("mkdir", rootfs);
     UniqueFd root_fd(::open(rootfs.c_str(), kDirFlags));
     if (!root_fd) return sys_error("open", rootfs);
     if (image_dir) {
-      if (auto done = apply_layers(source, root_fd.get()); !done)
+      if (auto done = apply_layers(source, root_fd.get(), platform); !done)
         return std::unexpected(done.error());
     } else {
       auto image = is_image_archive(source);
@@ -194,7 +272,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
         if (!unpacked_fd) return sys_error("open", unpacked);
         if (auto done = extract_file(source, unpacked_fd.get(), Whiteouts::kAsFiles); !done)
           return std::unexpected(done.error());
-        if (auto done = apply_layers(unpacked, root_fd.get()); !done)
+        if (auto done = apply_layers(unpacked, root_fd.get(), platform); !done)
           return std::unexpected(done.error());
         if (auto removed = layers::remove_tree(scratch_fd.get(), "archive"); !removed)
           return std::unexpected(removed.error());

@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_io.h"
 #include "runtime/unique_fd.h"
 
@@ -25,9 +27,6 @@ using layers::Xattrs;
 
 constexpr std::string_view kWhiteoutPrefix = ".wh.";
 constexpr std::string_view kOpaqueMarker = ".wh..wh..opq";
-// The sandbox mounts overlayfs with "userxattr" (runtime/fs/mount_plan.cc), so a loaded layer's
-// opaque directories carry the user.* name.
-constexpr const char* kOpaqueXattr = "user.overlay.opaque";
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 
 struct EntryDeleter {
@@ -36,8 +35,13 @@ struct EntryDeleter {
 using Entry = std::unique_ptr<archive_entry, EntryDeleter>;
 
 bool is_opaque_xattr(const std::pair<std::string, std::string>& xattr) {
-  return (xattr.first == "user.overlay.opaque" || xattr.first == "trusted.overlay.opaque") &&
-         xattr.second == "y";
+  return xattr.first == kOverlayOpaqueXattr && xattr.second == "y";
+}
+
+// What an exported member carries: the opaque marker becomes a `.wh..wh..opq` member instead, and
+// no other overlay xattr leaves the store (a layer keeps none: tree_copy.h).
+void drop_export_xattrs(Xattrs& xattrs) {
+  layers::drop_overlay_xattrs(xattrs, layers::OverlayXattrs::kNone);
 }
 
 // ---- writing ----
@@ -83,7 +87,7 @@ struct TreeWriter {
   Result<void> directory(int dir_fd, const std::string& path, const struct stat& st,
                          Xattrs xattrs) {
     bool opaque = std::ranges::any_of(xattrs, is_opaque_xattr);
-    std::erase_if(xattrs, is_opaque_xattr);
+    drop_export_xattrs(xattrs);
     Entry entry = new_entry(path, st, xattrs);
     if (auto wrote = header(entry.get(), path); !wrote) return wrote;
     if (opaque) {
@@ -127,6 +131,7 @@ struct TreeWriter {
     if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
       return plain_error("export", path + ": device nodes and sockets are not exported");
     }
+    drop_export_xattrs(*xattrs);
     Entry entry = new_entry(path, st, *xattrs);
     if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
@@ -245,6 +250,10 @@ struct TreeReader {
     while (archive_entry_xattr_next(entry, &xname, &value, &size) == ARCHIVE_OK) {
       xattrs.emplace_back(xname, std::string(static_cast<const char*>(value), size));
     }
+    // Overlay control metadata never comes from an archive: only the `.wh.*` members hutch
+    // translates itself become whiteouts and opaque markers. A redirect or metacopy xattr in a
+    // lower would make overlayfs look up, or take data from, a path the archive chose.
+    layers::drop_overlay_xattrs(xattrs, layers::OverlayXattrs::kNone);
     if (!xattrs.empty()) {
       if (auto wrote = layers::write_xattrs(parent_fd, name, xattrs); !wrote) return wrote;
     }
@@ -304,8 +313,10 @@ struct TreeReader {
     if (whiteouts != Whiteouts::kAsFiles && leaf.starts_with(kWhiteoutPrefix)) {
       if (leaf == kOpaqueMarker) {
         if (whiteouts == Whiteouts::kToOverlay) {
-          if (fsetxattr(parent->get(), kOpaqueXattr, "y", 1, 0) != 0)
-            return sys_error("fsetxattr", std::string(kOpaqueXattr) + " on " + what + ": " + path);
+          if (fsetxattr(parent->get(), kOverlayOpaqueXattr, "y", 1, 0) != 0) {
+            return sys_error("fsetxattr",
+                             std::string(kOverlayOpaqueXattr) + " on " + what + ": " + path);
+          }
           return {};
         }
         auto names = layers::read_dir_names(parent->get());
@@ -373,9 +384,12 @@ struct TreeReader {
           return sys_error("mknodat", what + ": " + path);
         return metadata(parent->get(), leaf, entry, path, false);
       default:
-        return plain_error("extract", what + ": " + path +
-                                          " is a device node or socket: refused (a rootfs must "
-                                          "not bring its own devices)");
+        // A device node (a character device 0/0 too: only `.wh.NAME` members make whiteouts) is
+        // dropped, not refused: images exported from old containers carry /dev entries, and a
+        // rootfs must not bring its own devices. The edge says so on stderr.
+        std::fprintf(stderr, "hutch image: %s: %s: device node dropped\n", what.c_str(),
+                     path.c_str());
+        return {};
     }
   }
 

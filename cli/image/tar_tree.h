@@ -4,12 +4,17 @@
 // hardlinks (a second name of an inode is a tar hardlink) and every xattr (pax records), and turns
 // overlayfs's markers into the OCI layer convention: a whiteout (character device 0/0) becomes an
 // empty file `.wh.<name>` carrying the whiteout's owner and mode; an opaque directory (xattr
-// user.overlay.opaque or trusted.overlay.opaque = "y") loses that xattr and gains a member
-// `.wh..wh..opq`. Holes are not recorded (the data is written in full); reading makes holes of
+// kOverlayOpaqueXattr = "y") loses that xattr and gains a member `.wh..wh..opq`; no other overlay
+// xattr is written. Holes are not recorded (the data is written in full); reading makes holes of
 // all-zero 4 KiB blocks again.
 //
-// Reading refuses absolute names, `..` components, paths through symlinks, hardlinks whose
-// target is outside the tree, and device nodes: a tar must not smuggle /dev/sda into a sandbox.
+// Reading refuses absolute names, `..` components, paths through symlinks and hardlinks whose
+// target is outside the tree. It drops what would make an archive steer overlayfs or the host:
+// every trusted.overlay.* and user.overlay.* xattr of a member (only the `.wh.*` members below
+// become overlay metadata) and device nodes, a character device 0/0 included (a note on stderr
+// names each). FIFOs are kept (a named pipe is no device; a sandbox can make one itself), and so
+// are setuid/setgid bits: sandboxes mount every layer and their root nosuid,nodev and run with
+// no_new_privs, so neither bit nor device grants anything there.
 #pragma once
 
 #include <string>
@@ -22,7 +27,7 @@ namespace hutch::image {
 
 // What reading does with OCI whiteout members.
 enum class Whiteouts {
-  kToOverlay,  // a layer: `.wh.x` becomes a whiteout x, `.wh..wh..opq` user.overlay.opaque="y"
+  kToOverlay,  // a layer: `.wh.x` becomes a whiteout x, `.wh..wh..opq` kOverlayOpaqueXattr="y"
   kApply,      // flattening layers into one tree: `.wh.x` deletes x, `.wh..wh..opq` empties the dir
   kAsFiles,    // plain files (an image archive's own members, a plain rootfs tar)
 };

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/fs/paths.h"
 
 extern const char kHostRootfsList[];
@@ -149,9 +150,9 @@ Result<UniqueFd> build_skeleton_mount(const std::vector<SkeletonEntry>& entries,
       return sys_error("fchownat", entry.path);
     if (entry.kind == SkeletonEntry::Kind::kOpaqueDir) {
       UniqueFd dir(openat(root.get(), path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      // The sandbox mounts its overlay with "userxattr", so overlayfs reads user.overlay.*.
-      if (!dir || fsetxattr(dir.get(), "user.overlay.opaque", "y", 1, 0) != 0) {
-        return sys_error("fsetxattr", "user.overlay.opaque on " + entry.path);
+      // trusted.*: the overlay is mounted from the host's user namespace (runtime/fs/overlay.h).
+      if (!dir || fsetxattr(dir.get(), kOverlayOpaqueXattr, "y", 1, 0) != 0) {
+        return sys_error("fsetxattr", std::string(kOverlayOpaqueXattr) + " on " + entry.path);
       }
     }
   }

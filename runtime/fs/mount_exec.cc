@@ -34,18 +34,6 @@ bool fail(ChildError* error, const char* step, const char* detail, int err = err
   return false;
 }
 
-void format_u64(char* out, unsigned long size, unsigned long long value) {
-  char digits[24];
-  int n = 0;
-  do {
-    digits[n++] = static_cast<char>('0' + value % 10);
-    value /= 10;
-  } while (value != 0);
-  unsigned long i = 0;
-  while (n > 0 && i + 1 < size) out[i++] = digits[--n];
-  out[i] = '\0';
-}
-
 // Opens `path` (absolute inside the sandbox) beneath root_fd, refusing every symlink and magic
 // link on the way: a rootfs whose /proc is a symlink cannot send a mount elsewhere.
 int open_beneath(int root_fd, const char* path, unsigned long long flags) {
@@ -243,49 +231,25 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
 
 }  // namespace
 
-bool enter_staging(const MountPlan& plan, ChildError* error) {
+bool enter_staging(ChildError* error) {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return fail(error, "mount", "MS_REC|MS_PRIVATE on /");
   }
-  char options[64] = "mode=0755,size=";
-  char size[24];
-  format_u64(size, sizeof size, plan.staging_bytes);
-  append_cstr(options, sizeof options, size);
-  if (mount("tmpfs", kStaging, "tmpfs", MS_NOSUID | MS_NODEV, options) != 0) {
+  // Only mount points live here: the upper layer is the parent's tmpfs (runtime/fs/overlay.h).
+  if (mount("tmpfs", kStaging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") != 0) {
     return fail(error, "mount", "tmpfs on /tmp (staging)");
   }
   if (mkdir("/tmp/oldroot", 0700) != 0) return fail(error, "mkdir", "/tmp/oldroot");
   if (chdir(kStaging) != 0) return fail(error, "chdir", kStaging);
   if (syscall(SYS_pivot_root, ".", "oldroot") != 0) return fail(error, "pivot_root", "staging");
   if (chdir("/") != 0) return fail(error, "chdir", "/");
-  for (const char* dir : {"/upper", "/work", kNewRoot}) {
-    if (mkdir(dir, 0755) != 0) return fail(error, "mkdir", dir);
-  }
+  if (mkdir(kNewRoot, 0755) != 0) return fail(error, "mkdir", kNewRoot);
   return true;
 }
 
-bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError* error) {
-  for (size_t i = 0; i < plan.lower_count; ++i) {
-    char dir[32] = "/lower";
-    char index[24];
-    format_u64(index, sizeof index, i);
-    append_cstr(dir, sizeof dir, index);
-    if (mkdir(dir, 0755) != 0) return fail(error, "mkdir", dir);
-    if (move_mount(lower_fds[i], "", AT_FDCWD, dir, MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-      return fail(error, "move_mount", dir);
-    }
-  }
-  if (plan.host_upper) {
-    if (mkdir("/upperfs", 0755) != 0) return fail(error, "mkdir", "/upperfs");
-    if (move_mount(lower_fds[plan.lower_count], "", AT_FDCWD, "/upperfs",
-                   MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-      return fail(error, "move_mount", "/upperfs");
-    }
-  }
-  if (mount("overlay", kNewRoot, "overlay", MS_NOSUID | MS_NODEV, plan.overlay_options.c_str()) !=
-      0) {
-    return fail(error, "mount", "overlay on /root");
-  }
+bool attach_root_overlay(int overlay_fd, ChildError* error) {
+  if (move_mount(overlay_fd, "", AT_FDCWD, kNewRoot, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    return fail(error, "move_mount", "the root overlay on /root");
   return true;
 }
 

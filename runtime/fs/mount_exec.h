@@ -10,11 +10,10 @@ namespace hutch {
 
 // Makes every mount private, mounts the staging tmpfs over /tmp and pivots into it; the host's
 // root stays reachable at /oldroot for bind sources until pivot_into_root.
-bool enter_staging(const MountPlan& plan, ChildError* error);
+bool enter_staging(ChildError* error);
 
-// Attaches the idmapped lower trees the parent sent at /lower0.. (and the host upper dir, when the
-// plan has one, at /upperfs) and mounts the overlay at /root.
-bool mount_root_overlay(const MountPlan& plan, const int* lower_fds, ChildError* error);
+// Attaches the root overlay the parent mounted (a detached mount) at /root.
+bool attach_root_overlay(int overlay_fd, ChildError* error);
 
 // Runs plan.ops beneath /root.
 bool run_mount_ops(const MountPlan& plan, ChildError* error);

@@ -69,25 +69,12 @@ std::string generate_hosts(const std::string& hostname) {
          "\n";
 }
 
-Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count) {
-  if (lower_count == 0) return plain_error("mount plan", "no lower layer");
+Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
   if (!is_normal_absolute(spec.workdir)) {
     return plain_error("mount plan",
                        "workdir \"" + spec.workdir + "\" is not a normalized absolute path");
   }
   MountPlan plan;
-  plan.lower_count = lower_count;
-  plan.staging_bytes = spec.disk_bytes;
-  plan.overlay_options = "lowerdir=";
-  for (size_t i = 0; i < lower_count; ++i) {
-    plan.overlay_options += (i ? ":/lower" : "/lower") + std::to_string(i);
-  }
-  // userxattr: inside a user namespace overlayfs may only use user.* xattrs.
-  plan.host_upper = !spec.upper_dir.empty();
-  plan.overlay_options += plan.host_upper ? ",upperdir=/upperfs/upper,workdir=/upperfs/work"
-                                          : ",upperdir=/upper,workdir=/work";
-  plan.overlay_options += ",userxattr";
-
   auto& ops = plan.ops;
   const std::string size = std::to_string(spec.disk_bytes);
 

@@ -39,18 +39,12 @@ struct MountOp {
 };
 
 struct MountPlan {
-  std::string overlay_options;  // lowerdir=...,upperdir=...,workdir=... inside the staging area
-  size_t lower_count = 0;
-  // The upper and work dirs come from a host directory passed after the lowers (spec.upper_dir),
-  // attached at /upperfs, instead of living in the staging tmpfs.
-  bool host_upper = false;
-  unsigned long long staging_bytes = 0;
   std::vector<MountOp> ops;
 };
 
-// Pure. `lower_count` lower trees (topmost first) will be attached at /lower0.. in the staging
-// area. Bind sources must already be canonical host paths.
-Result<MountPlan> build_mount_plan(const SandboxSpec& spec, size_t lower_count);
+// Pure. The steps run beneath the root overlay (runtime/fs/overlay.h). Bind sources must already
+// be canonical host paths.
+Result<MountPlan> build_mount_plan(const SandboxSpec& spec);
 
 // The generated /etc files, pure so tests can read them.
 std::string generate_passwd(uid_t uid, gid_t gid);

@@ -194,6 +194,13 @@ Result<LayerInfo> LayerStore::adopt_tree(const std::string& dir_path,
     if (auto removed = remove_tree(parent_fd.get(), path.filename().string()); !removed) {
       return std::unexpected(removed.error());
     }
+  } else {
+    // Moved, not copied: overlayfs's bookkeeping in the upper (origin, impure, ...) is removed
+    // here, as the copy would have left it out (tree_copy.h).
+    UniqueFd tree(openat(scratch_fd.get(), "tree", kDirFlags));
+    if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch->first + "/tree");
+    if (auto stripped = strip_overlay_xattrs(tree.get()); !stripped)
+      return std::unexpected(stripped.error());
   }
   auto info =
       finish_layer(scratch->first, scratch_fd.get(), digest->digest, digest->bytes, manifest);

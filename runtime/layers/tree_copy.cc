@@ -21,7 +21,7 @@ bool is_whiteout(const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rd
 
 class Copier {
  public:
-  explicit Copier(int dst_root_fd) : dst_root_fd_(dst_root_fd) {}
+  Copier(int dst_root_fd, OverlayXattrs keep) : dst_root_fd_(dst_root_fd), keep_(keep) {}
 
   // Copies the contents of `src` into the existing, empty `dst`; `rel` names `dst` in errors and
   // hardlink paths ("" for the root).
@@ -40,9 +40,7 @@ class Copier {
   // them changed its mtime).
   Result<void> finish_dir(int src, int dst, const struct stat& st, const std::string& rel) {
     if (fchown(dst, st.st_uid, st.st_gid) != 0) return sys_error("fchown", shown(rel));
-    auto xattrs = read_xattrs(src, "");
-    if (!xattrs) return std::unexpected(xattrs.error());
-    if (auto wrote = write_xattrs(dst, "", *xattrs); !wrote) return wrote;
+    if (auto xattrs = copy_xattrs(src, dst, ""); !xattrs) return xattrs;
     if (fchmod(dst, st.st_mode & 07777) != 0) return sys_error("fchmod", shown(rel));
     const timespec times[2] = {st.st_atim, st.st_mtim};
     if (futimens(dst, times) != 0) return sys_error("futimens", shown(rel));
@@ -226,10 +224,12 @@ class Copier {
   Result<void> copy_xattrs(int src, int dst, const std::string& name) {
     auto xattrs = read_xattrs(src, name);
     if (!xattrs) return std::unexpected(xattrs.error());
+    drop_overlay_xattrs(*xattrs, keep_);
     return write_xattrs(dst, name, *xattrs);
   }
 
   int dst_root_fd_;
+  OverlayXattrs keep_;
   TreeStats stats_;
   // (st_dev, st_ino) of a multiply-linked source inode -> its first copy, relative to the root.
   std::map<std::pair<dev_t, ino_t>, std::string> links_;
@@ -237,9 +237,39 @@ class Copier {
   std::vector<char> buffer_;
 };
 
+Result<void> strip_entry(int dir_fd, const std::string& name, const std::string& rel,
+                         OverlayXattrs keep) {
+  auto xattrs = read_xattrs(dir_fd, name);
+  if (!xattrs) return std::unexpected(xattrs.error());
+  for (const auto& [key, value] : *xattrs) {
+    if (!is_dropped_overlay_xattr(key, keep)) continue;
+    if (auto removed = remove_xattr(dir_fd, name, key); !removed) return removed;
+  }
+  struct stat st;
+  if (fstatat(dir_fd, name.empty() ? "." : name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return sys_error("fstatat", rel);
+  if (!S_ISDIR(st.st_mode)) return {};
+  UniqueFd dir(name.empty() ? ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)
+                            : open_noatime(dir_fd, name.c_str(),
+                                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return sys_error("openat", rel);
+  auto names = read_dir_names(dir.get());
+  if (!names) return std::unexpected(names.error());
+  for (const std::string& child : *names) {
+    auto stripped = strip_entry(dir.get(), child, rel == "." ? child : rel + "/" + child, keep);
+    if (!stripped) return stripped;
+  }
+  return {};
+}
+
 }  // namespace
 
-Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string& dst_name) {
+Result<void> strip_overlay_xattrs(int root_fd, OverlayXattrs keep) {
+  return strip_entry(root_fd, "", ".", keep);
+}
+
+Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string& dst_name,
+                            OverlayXattrs keep) {
   struct stat st;
   if (fstat(src_dir_fd, &st) != 0) return sys_error("fstat", "copy source");
   if (!S_ISDIR(st.st_mode)) return plain_error("copy tree", "the source is not a directory");
@@ -247,7 +277,7 @@ Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string
   UniqueFd dst(
       openat(dst_parent_fd, dst_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dst) return sys_error("openat", dst_name);
-  Copier copier(dst.get());
+  Copier copier(dst.get(), keep);
   if (auto copied = copier.copy_children(src_dir_fd, dst.get(), ""); !copied) {
     return std::unexpected(copied.error());
   }

@@ -102,6 +102,8 @@ class Digester {
     }
     auto xattrs = read_xattrs(dir_fd, name);
     if (!xattrs) return std::unexpected(xattrs.error());
+    // What a copy into the store keeps (tree_copy.h), so a bake's upper digests as its copy does.
+    drop_overlay_xattrs(*xattrs, OverlayXattrs::kOpaqueOnly);
     field(std::to_string(xattrs->size()));
     for (const auto& [key, value] : *xattrs) {
       field(key);

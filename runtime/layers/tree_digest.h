@@ -3,8 +3,9 @@
 //
 // Covered, entry by entry in a fixed order (depth first, each directory's names sorted bytewise):
 // relative path, type, mode (with setuid/sticky bits), uid, gid, a regular file's size and
-// content sha256, a symlink's target, a device's rdev, all xattrs sorted by name, and hardlink
-// identity (a second name of an inode is recorded as "link to <first path>"). Not covered:
+// content sha256, a symlink's target, a device's rdev, all xattrs sorted by name (but overlayfs's
+// control xattrs other than the opaque marker, which a layer never keeps: tree_copy.h), and
+// hardlink identity (a second name of an inode is recorded as "link to <first path>"). Not covered:
 // timestamps, inode numbers, link counts, a directory's st_size, where holes are — so a copy, or
 // the same content built twice, digests the same.
 #pragma once

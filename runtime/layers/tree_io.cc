@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/unique_fd.h"
 
 namespace hutch::layers {
@@ -107,6 +108,24 @@ Result<void> write_xattrs(int dir_fd, const std::string& name, const Xattrs& xat
     }
   }
   return {};
+}
+
+Result<void> remove_xattr(int dir_fd, const std::string& name, const std::string& key) {
+  const std::string path = proc_path(dir_fd, name);
+  if (lremovexattr(path.c_str(), key.c_str()) != 0 && errno != ENODATA) {
+    return sys_error("lremovexattr", path + " " + key);
+  }
+  return {};
+}
+
+bool is_dropped_overlay_xattr(std::string_view key, OverlayXattrs keep) {
+  if (!is_overlay_xattr(key)) return false;
+  return keep == OverlayXattrs::kNone || key != kOverlayOpaqueXattr;
+}
+
+void drop_overlay_xattrs(Xattrs& xattrs, OverlayXattrs keep) {
+  std::erase_if(xattrs,
+                [keep](const auto& xattr) { return is_dropped_overlay_xattr(xattr.first, keep); });
 }
 
 Result<void> remove_tree(int parent_fd, const std::string& name) {

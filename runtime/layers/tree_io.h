@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,18 @@ Result<std::vector<std::string>> read_dir_names(int dir_fd);
 using Xattrs = std::vector<std::pair<std::string, std::string>>;
 Result<Xattrs> read_xattrs(int dir_fd, const std::string& name);
 Result<void> write_xattrs(int dir_fd, const std::string& name, const Xattrs& xattrs);
+// lremovexattr of `key` on the entry; an xattr already gone counts as removed.
+Result<void> remove_xattr(int dir_fd, const std::string& name, const std::string& key);
+
+// Which of overlayfs's control xattrs (runtime/fs/overlay_xattr.h) a tree may keep.
+enum class OverlayXattrs {
+  kOpaqueOnly,  // a layer: only the opaque marker hutch writes (kOverlayOpaqueXattr)
+  kNone,        // a tree from outside (an imported rootfs, an archive's members)
+};
+// Whether `key` is an overlay control xattr that `keep` does not allow.
+bool is_dropped_overlay_xattr(std::string_view key, OverlayXattrs keep);
+// Removes those entries from `xattrs`.
+void drop_overlay_xattrs(Xattrs& xattrs, OverlayXattrs keep);
 
 // Removes `name` under `parent_fd` and everything below it, without following symlinks. Missing
 // entries count as removed, so an interrupted removal can simply be run again.

@@ -121,34 +121,18 @@ namespace {
   }
 
   ChildError error;
-  if (!enter_staging(*plan.mounts, &error)) die(sync_fd, from, error, 125);
-  // The parent builds the lower trees meanwhile.
-  SyncMessage layers{};
-  int lower_fds[kMaxPassedFds];
-  int lower_count = kMaxPassedFds;
-  if (recv_sync(sync_fd, &layers, lower_fds, &lower_count) <= 0 ||
-      layers.kind != SyncMessage::Kind::kLayers) {
+  if (!enter_staging(&error)) die(sync_fd, from, error, 125);
+  // The parent mounts the root overlay meanwhile.
+  SyncMessage root{};
+  int overlay_fd = -1;
+  int fd_count = 1;
+  if (recv_sync(sync_fd, &root, &overlay_fd, &fd_count) <= 0 ||
+      root.kind != SyncMessage::Kind::kRoot) {
     _exit(125);
   }
-  if (static_cast<size_t>(lower_count) !=
-      plan.mounts->lower_count + (plan.mounts->host_upper ? 1 : 0)) {
-    die_step(sync_fd, from, "recvmsg", "lower layer fds", EBADMSG);
-  }
-  if (!mount_root_overlay(*plan.mounts, lower_fds, &error)) die(sync_fd, from, error, 125);
-  for (int i = 0; i < lower_count; ++i) close(lower_fds[i]);
-  if (plan.exec_listen_fd >= 0) {
-    // A live sandbox's supervisor snapshots the upper dir through this fd: after the pivot it is
-    // reachable from nowhere else.
-    const char* upper = plan.mounts->host_upper ? "/upperfs/upper" : "/upper";
-    int upper_fd = open(upper, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (upper_fd < 0) die_step(sync_fd, from, "open", upper, errno);
-    SyncMessage message{};
-    message.kind = SyncMessage::Kind::kUpper;
-    message.from = from;
-    if (int err = send_sync(sync_fd, message, &upper_fd, 1))
-      die_step(sync_fd, from, "sendmsg", upper, err);
-    close(upper_fd);
-  }
+  if (fd_count != 1) die_step(sync_fd, from, "recvmsg", "the root overlay's fd", EBADMSG);
+  if (!attach_root_overlay(overlay_fd, &error)) die(sync_fd, from, error, 125);
+  close(overlay_fd);
   if (!run_mount_ops(*plan.mounts, &error)) die(sync_fd, from, error, 125);
   if (!pivot_into_root(&error)) die(sync_fd, from, error, 125);
 

@@ -11,11 +11,10 @@ namespace hutch {
 struct SyncMessage {
   enum class Kind : uint32_t {
     kMapsReady = 1,  // parent -> child: the id maps are written
-    kLayers,         // parent -> child: carries the lower trees, topmost first
+    kRoot,           // parent -> child: carries the root overlay (a detached mount)
     kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
     kServing,        // init -> parent: a live sandbox's init accepts exec requests
-    kUpper,          // init -> parent: a live sandbox's upper dir (fd), for snapshots
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;

@@ -8,11 +8,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/text_file.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
+#include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/process/proc_stat.h"
 #include "runtime/sandbox.h"
@@ -22,6 +24,8 @@ extern const char kHostRootfsList[];
 namespace hutch::recipes {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr std::string_view kRecipePrefix = "recipe:";
 constexpr std::string_view kImagePrefix = "image:";
 constexpr const char* kRecipeMount = "/tmp/recipe";
@@ -30,6 +34,11 @@ constexpr const char* kRecipeMount = "/tmp/recipe";
 class ScratchDir {
  public:
   explicit ScratchDir(std::string path) : path_(std::move(path)) {}
+  // A fresh mkdtemp(3) dir (mode 0700) from `pattern`, such as "/tmp/x-XXXXXX".
+  static Result<std::unique_ptr<ScratchDir>> make_temp(std::string pattern) {
+    if (mkdtemp(pattern.data()) == nullptr) return sys_error("mkdtemp", pattern);
+    return std::make_unique<ScratchDir>(std::move(pattern));
+  }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   ~ScratchDir() {
@@ -41,6 +50,29 @@ class ScratchDir {
  private:
   std::string path_;
 };
+
+// The recipe dir as the bake reads it: a copy in a fresh /tmp/hutch-recipe-XXXXXX, owned by the
+// sandbox's root. The bind is made from inside the sandbox's user namespace, by path, as an
+// unprivileged host id that cannot traverse a 0700 directory (root's home, `mktemp -d`); host root
+// reads the caller's dir here instead. The copy's outer dir is 0700 and owned by that id, so no
+// other host user can read what the recipe holds.
+Result<void> copy_recipe_dir(const std::string& source, const ScratchDir& scratch, uid_t owner) {
+  UniqueFd src(open(source.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!src) return sys_error("open", "recipe dir " + source);
+  UniqueFd dst(open(scratch.path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dst) return sys_error("open", scratch.path());
+  if (auto copied = layers::copy_tree(src.get(), dst.get(), "recipe"); !copied)
+    return std::unexpected(copied.error());
+  std::error_code error;
+  // recursive_directory_iterator does not follow symlinks; lchown changes a link, not its target.
+  for (fs::recursive_directory_iterator it(scratch.path(), error), end; !error && it != end;
+       it.increment(error)) {
+    if (lchown(it->path().c_str(), owner, owner) != 0) return sys_error("lchown", it->path());
+  }
+  if (error) return plain_error("copy recipe", scratch.path() + ": " + error.message());
+  if (chown(scratch.path().c_str(), owner, owner) != 0) return sys_error("chown", scratch.path());
+  return {};
+}
 
 // What the base is, for the cache key: the host rootfs changes with host.list and the host's
 // packages; a directory is named by its path; a recipe by its layer.
@@ -154,12 +186,18 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
   if (mkdir(scratch.path().c_str(), 0700) != 0) return sys_error("mkdir", scratch.path());
 
   SandboxSpec spec = request.sandbox;
+  auto recipe_copy = ScratchDir::make_temp("/tmp/hutch-recipe-XXXXXX");
+  if (!recipe_copy) return std::unexpected(recipe_copy.error());
+  if (auto copied = copy_recipe_dir(request.recipe_dir, **recipe_copy, spec.ids.host_base);
+      !copied) {
+    return std::unexpected(copied.error());
+  }
   spec.layers = base->layers;
   spec.lower_dirs = base->lower_dirs;
   spec.upper_dir = scratch.path();
   // setup.sh installs software: chown and friends within the sandbox's ids (dpkg needs them).
   spec.capabilities |= kFileOwnershipCapabilities;
-  spec.binds = {BindMount{request.recipe_dir, kRecipeMount, true}};
+  spec.binds = {BindMount{(*recipe_copy)->path() + "/recipe", kRecipeMount, true}};
   spec.workdir = kRecipeMount;
   spec.argv = {"/bin/sh", "-c",
                "if command -v bash >/dev/null 2>&1; then exec bash -e setup.sh; fi; "

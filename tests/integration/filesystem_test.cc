@@ -42,6 +42,37 @@ TEST(Filesystem, WritesLandInTheUpperLayerNeverInTheLower) {
   EXPECT_EQ(contents.find("\nx\n"), std::string::npos);
 }
 
+// Recreating a directory the lower layers have needs an opaque directory in the upper layer: an
+// xattr on the upper tmpfs, which an overlay mounted inside the user namespace (user.* xattrs)
+// cannot write on Linux < 6.6 (EIO from mkdir). The root overlay uses trusted.* instead.
+TEST(Filesystem, ALowerDirectoryRemovedAndMadeAgainIsEmptyAndWritable) {
+  HUTCH_REQUIRE_ROOT();
+  ASSERT_FALSE(fs::is_empty("/usr/share/common-licenses"));
+  auto r = hutch_sh(
+      "rm -rf /usr/share/common-licenses && mkdir /usr/share/common-licenses && "
+      "echo mine > /usr/share/common-licenses/f && ls -A /usr/share/common-licenses && "
+      "mv /usr/share/common-licenses /usr/share/moved && ls -A /usr/share/moved");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "f\nf\n");
+  EXPECT_FALSE(fs::is_empty("/usr/share/common-licenses"));
+}
+
+// overlayfs's metadata lives in trusted.overlay.*, which needs CAP_SYS_ADMIN in the host's user
+// namespace: the sandbox's root cannot forge an opaque directory, a redirect or a metacopy.
+TEST(Filesystem, OverlayMetadataCannotBeSetFromInside) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--", "python3", "-c",
+                  "import os\n"
+                  "os.mkdir('/etc/x')\n"
+                  "for name in ('trusted.overlay.opaque', 'trusted.overlay.redirect'):\n"
+                  "    try:\n"
+                  "        os.setxattr('/etc/x', name, b'y'); print(name, 'set')\n"
+                  "    except OSError as e:\n"
+                  "        print(name, e.errno)\n"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "trusted.overlay.opaque 1\ntrusted.overlay.redirect 1\n");  // EPERM
+}
+
 TEST(Filesystem, HostToolsWorkAtOnce) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch({"run", "--", "python3", "-c",

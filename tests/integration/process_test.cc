@@ -204,10 +204,13 @@ TEST(Process, InfoReportsEveryFeature) {
   auto info = nlohmann::json::parse(r.out);
   std::vector<std::string> names;
   for (const auto& feature : info["features"]) names.push_back(feature["name"]);
-  for (const char* wanted : {"user namespaces", "overlayfs in a user namespace", "idmapped mounts",
-                             "openat2", "clone3", "pidfd", "cgroup layout"}) {
+  for (const char* wanted : {"kernel", "user namespaces", "overlayfs (trusted xattrs on tmpfs)",
+                             "idmapped mounts", "openat2", "clone3", "pidfd", "cgroup layout"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), wanted), names.end()) << wanted;
   }
+  for (const auto& feature : info["features"])
+    EXPECT_FALSE(feature["needed_for"].get<std::string>().empty()) << feature.dump();
+  EXPECT_NE(info["features"][0]["detail"].get<std::string>().find("minimum 6.1"), std::string::npos);
   if (geteuid() == 0) {
     EXPECT_EQ(r.exit_code, 0) << r.out;
     for (const auto& feature : info["features"])

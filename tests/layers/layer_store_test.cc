@@ -7,12 +7,15 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 
 #include <atomic>
 #include <thread>
 
 #include "runtime/fs/erofs.h"
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_digest.h"
+#include "runtime/layers/tree_io.h"
 #include "runtime/process/proc_stat.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
@@ -144,6 +147,35 @@ TEST_F(LayerStoreTest, AdoptRenamesTheDirectory) {
   EXPECT_EQ(again->digest, info->digest);
   EXPECT_FALSE(exists(upper2));
   EXPECT_EQ(listed().size(), 1u);
+}
+
+// A bake's upper moved into the store loses overlayfs's bookkeeping (origin, impure, a planted
+// redirect) but keeps its opaque directories, in the tree and in the image sandboxes mount.
+TEST_F(LayerStoreTest, AdoptKeepsOnlyTheOpaqueMarker) {
+  const std::string upper = make_tree("upper", "baked");
+  ASSERT_EQ(mkdir((upper + "/opaque").c_str(), 0755), 0);
+  ASSERT_EQ(setxattr((upper + "/opaque").c_str(), kOverlayOpaqueXattr, "y", 1, 0), 0);
+  ASSERT_EQ(setxattr((upper + "/opaque").c_str(), "trusted.overlay.impure", "y", 1, 0), 0);
+  ASSERT_EQ(setxattr((upper + "/file").c_str(), "trusted.overlay.origin", "o", 1, 0), 0);
+  ASSERT_EQ(setxattr((upper + "/file").c_str(), "user.overlay.redirect", "/x", 2, 0), 0);
+  auto info = store_->adopt_tree(upper, LayerManifest{});
+  ASSERT_TRUE(info.has_value()) << info.error().message();
+  char value[8];
+  EXPECT_EQ(getxattr((info->tree_path + "/opaque").c_str(), kOverlayOpaqueXattr, value, 8), 1);
+  EXPECT_EQ(listxattr((info->tree_path + "/file").c_str(), nullptr, 0), 0);
+  EXPECT_EQ(listxattr((info->tree_path + "/opaque").c_str(), nullptr, 0),
+            static_cast<ssize_t>(std::string_view(kOverlayOpaqueXattr).size() + 1));
+  UniqueFd tree(open(info->tree_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  EXPECT_EQ(digest_tree(tree.get()).value_or(""), info->manifest.tree_digest);
+
+  auto mounted = open_erofs_tree(store_->image_path(info->digest));
+  ASSERT_TRUE(mounted.has_value()) << mounted.error().message();
+  auto file = read_xattrs(mounted->get(), "file");
+  ASSERT_TRUE(file.has_value()) << file.error().message();
+  EXPECT_TRUE(file->empty());
+  auto opaque = read_xattrs(mounted->get(), "opaque");
+  ASSERT_TRUE(opaque.has_value()) << opaque.error().message();
+  EXPECT_EQ(*opaque, (Xattrs{{kOverlayOpaqueXattr, "y"}}));
 }
 
 TEST_F(LayerStoreTest, Tags) {

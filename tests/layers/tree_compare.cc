@@ -10,6 +10,7 @@
 #include <map>
 #include <utility>
 
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_io.h"
 #include "runtime/unique_fd.h"
@@ -171,12 +172,9 @@ std::string build_every_kind(const std::string& root) {
   if (!write_file(path("etc/hostname"), "baked\n")) return "write hostname";
   // A deleted lower file: overlayfs's whiteout is a character device 0/0.
   if (mknod(path("etc/deleted").c_str(), S_IFCHR | 0000, makedev(0, 0)) != 0) return "mknod";
-  // An opaque directory (rm -rf dir; mkdir dir in the upper), both xattr namespaces.
+  // An opaque directory (rm -rf dir; mkdir dir in the upper).
   if (mkdir(path("opaque").c_str(), 0750) != 0) return "mkdir opaque";
-  if (setxattr(path("opaque").c_str(), "user.overlay.opaque", "y", 1, 0) != 0) return "opaque";
-  if (setxattr(path("opaque").c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0) {
-    return "trusted opaque";
-  }
+  if (setxattr(path("opaque").c_str(), kOverlayOpaqueXattr, "y", 1, 0) != 0) return "opaque";
   if (!write_file(path("opaque/new"), "new")) return "write opaque/new";
   if (!write_file(path("xattr-file"), "x")) return "write xattr-file";
   if (setxattr(path("xattr-file").c_str(), "user.comment", "hello\0bin", 9, 0) != 0) {

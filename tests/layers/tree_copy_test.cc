@@ -7,6 +7,10 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/unique_fd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
@@ -55,7 +59,7 @@ TEST_F(TreeCopyTest, CopiesEveryKindOfEntryExactly) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   EXPECT_EQ(st.st_rdev, makedev(0, 0));
   char value[8] = {};
-  EXPECT_EQ(getxattr((dst + "/opaque").c_str(), "user.overlay.opaque", value, sizeof value), 1);
+  EXPECT_EQ(getxattr((dst + "/opaque").c_str(), kOverlayOpaqueXattr, value, sizeof value), 1);
   EXPECT_EQ(value[0], 'y');
   ASSERT_EQ(lstat((dst + "/owned").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 1000000005u);
@@ -99,6 +103,63 @@ TEST_F(TreeCopyTest, RefusesOtherDeviceNodes) {
   ASSERT_FALSE(stats.has_value());
   EXPECT_NE(stats.error().message().find("dev/null: device node 1:3 refused"), std::string::npos)
       << stats.error().message();
+}
+
+// The xattr names of `path` (not following a symlink), sorted.
+std::vector<std::string> xattr_names(const std::string& path) {
+  char list[4096];
+  ssize_t size = llistxattr(path.c_str(), list, sizeof list);
+  EXPECT_GE(size, 0) << path << ": " << strerror(errno);
+  std::vector<std::string> names;
+  for (ssize_t start = 0; start < size; start += static_cast<ssize_t>(names.back().size()) + 1)
+    names.emplace_back(list + start);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What overlayfs writes in an upper for itself, and what a hostile tree could plant to steer the
+// overlay a layer becomes part of.
+void plant_overlay_xattrs(const std::string& root) {
+  ASSERT_EQ(mkdir((root + "/opaque").c_str(), 0755), 0);
+  ASSERT_EQ(setxattr((root + "/opaque").c_str(), kOverlayOpaqueXattr, "y", 1, 0), 0);
+  ASSERT_EQ(setxattr((root + "/opaque").c_str(), "trusted.overlay.impure", "y", 1, 0), 0);
+  ASSERT_EQ(mkdir((root + "/legacy").c_str(), 0755), 0);
+  ASSERT_EQ(setxattr((root + "/legacy").c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+  UniqueFd fd(open((root + "/file").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  ASSERT_TRUE(fd);
+  for (const char* name :
+       {"trusted.overlay.origin", "trusted.overlay.redirect", "trusted.overlay.metacopy",
+        "user.overlay.redirect", "user.overlay.metacopy", "user.keep"}) {
+    ASSERT_EQ(setxattr((root + "/file").c_str(), name, "/elsewhere", 10, 0), 0) << name;
+  }
+  ASSERT_EQ(setxattr(root.c_str(), "trusted.overlay.origin", "x", 1, 0), 0);
+}
+
+TEST_F(TreeCopyTest, KeepsOnlyTheOpaqueMarkerOfOverlayXattrs) {
+  plant_overlay_xattrs(src_);
+  ASSERT_TRUE(copy("layer").has_value());
+  const std::string layer = temp_.path() + "/layer";
+  EXPECT_EQ(xattr_names(layer + "/opaque"), std::vector<std::string>{kOverlayOpaqueXattr});
+  EXPECT_TRUE(xattr_names(layer + "/legacy").empty());
+  EXPECT_EQ(xattr_names(layer + "/file"), std::vector<std::string>{"user.keep"});
+  EXPECT_TRUE(xattr_names(layer).empty());
+
+  UniqueFd src(open(src_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd parent(open(temp_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(copy_tree(src.get(), parent.get(), "outside", OverlayXattrs::kNone).has_value());
+  EXPECT_TRUE(xattr_names(temp_.path() + "/outside/opaque").empty());
+  EXPECT_EQ(xattr_names(temp_.path() + "/outside/file"), std::vector<std::string>{"user.keep"});
+}
+
+TEST_F(TreeCopyTest, StripRemovesOverlayXattrsInPlace) {
+  plant_overlay_xattrs(src_);
+  UniqueFd src(open(src_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  auto stripped = strip_overlay_xattrs(src.get());
+  ASSERT_TRUE(stripped.has_value()) << stripped.error().message();
+  EXPECT_EQ(xattr_names(src_ + "/opaque"), std::vector<std::string>{kOverlayOpaqueXattr});
+  EXPECT_TRUE(xattr_names(src_ + "/legacy").empty());
+  EXPECT_EQ(xattr_names(src_ + "/file"), std::vector<std::string>{"user.keep"});
+  EXPECT_TRUE(xattr_names(src_).empty());
 }
 
 TEST_F(TreeCopyTest, RefusesAnExistingDestination) {

@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_copy.h"
 #include "runtime/unique_fd.h"
 #include "tests/common/must_work.h"
@@ -106,6 +107,22 @@ TEST_F(TreeDigestTest, HardlinkIsNotTwoCopies) {
   ASSERT_EQ(unlink((src_ + "/b").c_str()), 0);
   ASSERT_EQ(link((src_ + "/a").c_str(), (src_ + "/b").c_str()), 0);
   EXPECT_NE(digest(src_), two_files);
+}
+
+// overlayfs's bookkeeping in a bake's upper is left out of the layer (tree_copy.h), so the digest
+// of the upper is the digest of its copy; the opaque marker is part of the layer.
+TEST_F(TreeDigestTest, CountsTheOpaqueMarkerOnlyOfOverlayXattrs) {
+  ASSERT_EQ(mkdir((src_ + "/dir").c_str(), 0755), 0);
+  write("dir/file", "x");
+  const std::string plain = digest(src_);
+  for (const char* name : {"trusted.overlay.origin", "trusted.overlay.redirect",
+                           "user.overlay.metacopy", "user.overlay.opaque"}) {
+    ASSERT_EQ(setxattr((src_ + "/dir/file").c_str(), name, "v", 1, 0), 0) << name;
+  }
+  ASSERT_EQ(setxattr((src_ + "/dir").c_str(), "user.overlay.opaque", "y", 1, 0), 0);
+  EXPECT_EQ(digest(src_), plain);
+  ASSERT_EQ(setxattr((src_ + "/dir").c_str(), kOverlayOpaqueXattr, "y", 1, 0), 0);
+  EXPECT_NE(digest(src_), plain);
 }
 
 }  // namespace

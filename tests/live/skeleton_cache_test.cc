@@ -7,6 +7,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "runtime/fs/host_rootfs.h"
@@ -62,7 +63,16 @@ TEST_F(SkeletonCacheTest, ClonesOneBuildUntilAListedDirectoryChanges) {
   SkeletonCache skeletons = cache();
   auto first = skeletons.take(kOwner);
   ASSERT_TRUE(first) << first.error().message();
-  ASSERT_TRUE(*first) << "this kernel cannot clone a detached mount";
+  if (!*first) {
+    // Linux 6.1 refuses OPEN_TREE_CLONE of a detached mount (EINVAL): the cache steps aside for
+    // good and every supervisor builds its own skeleton (daemon/zygote.cc), as `hutch run` does.
+    auto again = skeletons.take(kOwner);
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(*again);
+    EXPECT_EQ(skeletons.builds(), 1u);
+    std::printf("[ measured ] OPEN_TREE_CLONE of a detached mount: refused; no skeleton cache\n");
+    return;
+  }
   EXPECT_TRUE(is_whiteout(first->get(), "etc/hidden"));
   EXPECT_TRUE(absent(first->get(), "etc/shown"));  // shown: the host's file shows through
   struct stat home {};
@@ -94,7 +104,11 @@ TEST_F(SkeletonCacheTest, ABuildFromADirectoryModifiedJustNowServesOnce) {
   SkeletonCache skeletons = cache();
   std::ofstream(dir_.path() + "/etc/fresh") << "x";  // /etc's mtime is now
   auto first = skeletons.take(kOwner);
-  ASSERT_TRUE(first && *first);
+  ASSERT_TRUE(first);
+  if (!*first) {
+    EXPECT_EQ(skeletons.builds(), 1u);  // no cache on this kernel (see above)
+    return;
+  }
   EXPECT_TRUE(is_whiteout(first->get(), "etc/fresh"));
   // Within the same clock tick another change would leave the mtime as it was: not trusted.
   auto second = skeletons.take(kOwner);

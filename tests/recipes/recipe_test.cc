@@ -154,11 +154,12 @@ TEST_F(RecipeTest, UnchangedRecipeIsCachedAndAnyChangeRebuilds) {
   EXPECT_EQ(seen.exit_code, 0) << seen.err;
   EXPECT_EQ(seen.out, "two\n");
 
-  // A file setup.sh never reads still counts: the key covers the whole dir.
+  // A file setup.sh never reads still counts: the key covers the whole dir. The bake leaves the
+  // same files, so it is the same layer (overlayfs's own bookkeeping is not part of a layer).
   write_file(dir + "/extra.txt", "unused\n");
   nlohmann::json added = build_ok(dir, "app");
   EXPECT_EQ(added["cached"], false);
-  EXPECT_NE(added["digest"], data_changed["digest"]);
+  EXPECT_EQ(added["digest"], data_changed["digest"]);
 
   // Back to an earlier content: that layer is found again, not rebuilt.
   fs::remove(dir + "/extra.txt");
@@ -513,6 +514,41 @@ TEST_F(RecipeTest, HostileNamesAndRecipesAreRefused) {
              {{"recipe.json", R"({"env": {"K": "v"}, "limits": {"pids": 64}, "timeout": "60s"})"}});
   build_ok(json_dir, "withjson");
   EXPECT_TRUE(list_json("layers").size() == 1u);
+  expect_no_leftovers();
+}
+
+// The bake's copies of recipe dirs (runtime/recipes/recipe.cc), by name.
+std::vector<std::string> recipe_copies() {
+  std::vector<std::string> names;
+  for (const std::string& name : dir_entries("/tmp"))
+    if (name.starts_with("hutch-recipe-")) names.push_back(name);
+  return names;
+}
+
+// A recipe the caller (root) can read but the bake's unprivileged host id could not reach: a 0700
+// dir under a 0700 parent, like root's home or `mktemp -d`, with a 0600 file in a 0700 subdir.
+TEST_F(RecipeTest, PrivateRecipeDirBuilds) {
+  ASSERT_EQ(chmod(work_.path().c_str(), 0700), 0);
+  const std::string dir = recipe("private", "cat secret/key > /opt/key\ntest -r setup.sh\n");
+  fs::create_directories(dir + "/secret");
+  write_file(dir + "/secret/key", "k3y\n");
+  ASSERT_EQ(chmod((dir + "/secret/key").c_str(), 0600), 0);
+  ASSERT_EQ(chmod((dir + "/secret").c_str(), 0700), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0700), 0);
+  const std::vector<std::string> before = recipe_copies();
+  build_ok(dir, "private");
+  CommandResult ran = run_in("private", "cat /opt/key");
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_EQ(ran.out, "k3y\n");
+  EXPECT_EQ(recipe_copies(), before) << "a copy of the recipe dir was left in /tmp";
+  // The caller's dir is untouched: same owner and modes.
+  struct stat st;
+  ASSERT_EQ(stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(stat((dir + "/secret/key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
   expect_no_leftovers();
 }
 

@@ -25,8 +25,8 @@ SandboxSpec make_spec() {
   return spec;
 }
 
-MountPlan build_ok(const SandboxSpec& spec, size_t lower_count = 1) {
-  auto plan = build_mount_plan(spec, lower_count);
+MountPlan build_ok(const SandboxSpec& spec) {
+  auto plan = build_mount_plan(spec);
   EXPECT_TRUE(plan) << plan.error().message();
   return plan ? *plan : MountPlan{};
 }
@@ -46,30 +46,6 @@ const MountOp* find_op(const MountPlan& plan, Kind kind, const std::string& path
 
 bool has_option(const MountOp& op, const std::string& key, const std::string& value) {
   return std::ranges::find(op.options, Option{key, value}) != op.options.end();
-}
-
-TEST(MountPlan, RejectsZeroLowerLayers) {
-  EXPECT_TRUE(contains(error_message(build_mount_plan(make_spec(), 0)), "no lower layer"));
-}
-
-TEST(MountPlan, OverlayListsLowersTopmostFirstWithUserXattr) {
-  MountPlan plan = build_ok(make_spec(), 2);
-  EXPECT_EQ(plan.lower_count, 2u);
-  EXPECT_TRUE(contains(plan.overlay_options, "lowerdir=/lower0:/lower1,"));
-  EXPECT_TRUE(contains(plan.overlay_options, "upperdir=/upper"));
-  EXPECT_TRUE(contains(plan.overlay_options, "workdir=/work"));
-  // Inside a user namespace overlayfs may only use user.* xattrs.
-  EXPECT_TRUE(contains(plan.overlay_options, ",userxattr"));
-}
-
-TEST(MountPlan, OneLowerHasNoSeparator) {
-  MountPlan plan = build_ok(make_spec(), 1);
-  EXPECT_TRUE(contains(plan.overlay_options, "lowerdir=/lower0,"));
-  EXPECT_FALSE(contains(plan.overlay_options, ":"));
-}
-
-TEST(MountPlan, StagingAreaIsCappedByDiskSize) {
-  EXPECT_EQ(build_ok(make_spec()).staging_bytes, 123'456'789u);
 }
 
 TEST(MountPlan, ProcIsMountedBeforeItsMasks) {
@@ -277,18 +253,18 @@ TEST(MountPlan, RejectsBindTargetsOutsideTheNormalTree) {
   for (const char* target : {"/", "", "data", "./data", "/a/../b", "/..", "/a/", "//a"}) {
     SandboxSpec spec = make_spec();
     spec.binds = {{"/host", target, true}};
-    EXPECT_TRUE(contains(error_message(build_mount_plan(spec, 1)), "target")) << target;
+    EXPECT_TRUE(contains(error_message(build_mount_plan(spec)), "target")) << target;
   }
   SandboxSpec spec = make_spec();
   spec.binds = {{"/host", std::string("/a\0/etc", 7), true}};
-  EXPECT_FALSE(build_mount_plan(spec, 1)) << "target with NUL";
+  EXPECT_FALSE(build_mount_plan(spec)) << "target with NUL";
 }
 
 TEST(MountPlan, RejectsNonCanonicalBindSources) {
   for (const char* source : {"", "host", "/host/../etc", "/host/"}) {
     SandboxSpec spec = make_spec();
     spec.binds = {{source, "/data", true}};
-    EXPECT_TRUE(contains(error_message(build_mount_plan(spec, 1)), "source")) << source;
+    EXPECT_TRUE(contains(error_message(build_mount_plan(spec)), "source")) << source;
   }
 }
 
@@ -296,7 +272,7 @@ TEST(MountPlan, RejectsNonNormalWorkdir) {
   for (const char* workdir : {"", "work", "/work/", "/work/..", "/../etc", "//work"}) {
     SandboxSpec spec = make_spec();
     spec.workdir = workdir;
-    EXPECT_TRUE(contains(error_message(build_mount_plan(spec, 1)), "workdir")) << workdir;
+    EXPECT_TRUE(contains(error_message(build_mount_plan(spec)), "workdir")) << workdir;
   }
 }
 

@@ -1,0 +1,38 @@
+// The sandbox's root overlay, mounted by the parent (host root, the host's user namespace).
+//
+// Why not inside the sandbox's user namespace: an overlay mounted there may only use user.*
+// xattrs ("userxattr"), which tmpfs stores only from Linux 6.6, so on Debian 12's 6.1 neither the
+// skeleton's opaque directories nor an upper layer on tmpfs could work. Mounted by host root, the
+// overlay uses trusted.overlay.* (kOverlayOpaqueXattr), which tmpfs has on every kernel, and the
+// sandbox can neither read nor forge it (trusted.* needs CAP_SYS_ADMIN in the host's user
+// namespace). Permission checks still run against the caller's credentials on the overlay's
+// inodes; overlayfs uses the mounter's only for its own work (copy-up, whiteouts), as Docker's
+// rootful overlays do. Lower layers are idmapped mounts (overlay over idmapped layers: 5.19).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "runtime/error.h"
+#include "runtime/unique_fd.h"
+
+namespace hutch {
+
+// A detached tmpfs (size `bytes`: the sandbox's disk cap) holding the overlay's `upper` and
+// `work` directories, owned by `owner` (the sandbox root's host id), so that the sandbox's root
+// owns its "/" and whatever it creates is charged to this tmpfs.
+Result<UniqueFd> make_upper_tmpfs(uint64_t bytes, uid_t owner);
+
+// The overlay as a detached mount (nosuid, nodev): `lowers` are mount fds, topmost first;
+// `upper_fs` is a mount fd of a tree holding `upper` and `work` (make_upper_tmpfs, or a host
+// directory's tree). Linux 6.1's overlayfs takes its layers only from mounts attached in the
+// mounter's mount namespace (clone_private_mount), so a short-lived helper sharing this
+// process's memory and fd table, in a mount namespace of its own, attaches them on a private
+// tmpfs and makes the overlay there; the overlay keeps private clones of its layers, and the
+// helper's namespace goes with it.
+Result<UniqueFd> mount_overlay(std::span<const int> lowers, int upper_fs);
+
+}  // namespace hutch
