@@ -37,7 +37,7 @@ fi
 # ctest, mkfs.erofs (layer images) and the tools tests call on the host side.
 packages="base-files libc6 libc-bin bash dash coreutils python3 busybox-static util-linux mount
   cmake e2fsprogs erofs-utils libarchive13 grep sed findutils mawk tar gzip diffutils procps
-  iproute2 libstdc++6 libseccomp2 libcap2 libssl3 zstd xz-utils"
+  iproute2 libstdc++6 libseccomp2 libcap2 libssl3"
 # The source tree (tests read scripts and data from it) without other build trees, and BUILD_DIR.
 files=()
 for f in "$src"/* "$src"/.clang-format; do
