@@ -49,12 +49,13 @@
 #
 # Disk mode (HUTCH_VM_PACKAGES set): the tree above, plus the packages' files (hard links; no man
 # pages or locales, but /usr/share/doc, which tests look at), the host's /etc (without shadow
-# files, ssh keys or private TLS keys) and the host's top-level /usr-merge symlinks, becomes an
-# ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a virtio disk. A
-# tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and switch_roots
-# into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1 cannot idmap
-# tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git, CMakeFiles and
-# *.o files. Needs e2fsprogs too.
+# files, ssh keys or private TLS keys), the alternatives' links in /usr/bin and /usr/sbin, the
+# host's /usr-merge symlinks and empty copies of the directories in /, /usr/local and /var,
+# becomes an ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a
+# virtio disk. A tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and
+# switch_roots into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1
+# cannot idmap tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git,
+# CMakeFiles and *.o files. Needs e2fsprogs too.
 #
 # Needs (Debian): qemu-system-x86 busybox-static cpio (plus apt, dpkg, coreutils, util-linux,
 # gzip, xz-utils/zstd only if the kernel's modules are compressed). No root needed once the kernel
@@ -266,7 +267,8 @@ stage_packages() {
   local -a closure=() files=()
   local f map=() missing
   read -ra closure <<<"$packages"
-  missing=$(dpkg-query -W -f='${Status} ${Package}\n' "${closure[@]}" 2>&1 | grep -v '^install ok installed' || true)
+  missing=$(dpkg-query -W -f='${Status} ${Package}\n' "${closure[@]}" 2>&1 |
+    grep -v '^install ok installed' || true)
   [[ -z $missing ]] || die "HUTCH_VM_PACKAGES: not installed here: $(tr '\n' ' ' <<<"$missing")"
   mapfile -t closure < <(apt-cache depends --recurse --installed --no-recommends --no-suggests \
     --no-conflicts --no-breaks --no-replaces --no-enhances "${closure[@]}" 2>/dev/null |
@@ -288,6 +290,19 @@ stage_packages() {
   rm -f "$work/.link-test"
   printf '%s\0' "${files[@]}" | (cd / && xargs -0 cp -a "${link[@]}" --parents -t "$root") ||
     die "cannot copy the packages' files into $root"
+  # update-alternatives' links (awk -> /etc/alternatives/awk -> mawk) are no package's files.
+  while read -r f; do
+    [[ -e $root$(readlink -f "$f") && ! -e $root$f ]] && cp -P "$f" "$root$f"
+  done < <(find /usr/bin /usr/sbin -maxdepth 1 -lname '/etc/alternatives/*')
+  # The host's directory skeleton (/usr/local/bin, /var/tmp, /home, ...): empty, same modes.
+  for f in /* /usr/local/* /var/*; do
+    if [[ -L $f ]]; then
+      [[ -e $root$f || -L $root$f ]] || cp -P "$f" "$root$f"
+    elif [[ -d $f ]]; then
+      mkdir -p "$root$f"
+      chmod --reference="$f" "$root$f"
+    fi
+  done
   tar -C / -cf - --exclude=etc/shadow --exclude=etc/shadow- --exclude=etc/gshadow \
     --exclude=etc/gshadow- --exclude=etc/ssh --exclude=etc/ssl/private \
     --exclude=etc/apt/auth.conf --exclude=etc/apt/auth.conf.d etc | tar -C "$root" -xf - ||
@@ -443,8 +458,8 @@ if ((on_disk)); then
   disk=$work/root.ext4
   used=$(du -sm "$root" | cut -f1)
   # Sparse: only what mkfs writes takes space on the host.
-  mkfs.ext4 -q -F -L hutch-vm -d "$root" -E root_owner=0:0 "$disk" "$((used + used / 4 + disk_free))M" >/dev/null ||
-    die "mkfs.ext4 -d $root $disk failed"
+  mkfs.ext4 -q -F -L hutch-vm -d "$root" -E root_owner=0:0 "$disk" \
+    "$((used + used / 4 + disk_free))M" >/dev/null || die "mkfs.ext4 -d $root $disk failed"
   rm -rf "$root" # only links and copies: the disk has them now
   drive=(-drive "file=$disk,format=raw,if=virtio,cache=unsafe")
   say "ext4 disk of $used MiB used + $disk_free MiB free and initramfs $(du -k "$initrd" | cut -f1) KiB" \
@@ -460,7 +475,8 @@ say "booting (qemu TCG, ${memory} MiB, $smp CPUs, budget ${budget} s)"
 : >"$log"
 vm_start=$(now)
 timeout -k 5 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -m "$memory" -smp "$smp" \
-  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" "${drive[@]}" \
+  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" \
+  "${drive[@]}" \
   </dev/null >"$log" 2>&1 &
 vm_pid=$!
 tail_pid=""

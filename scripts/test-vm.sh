@@ -32,12 +32,14 @@ if [[ ! -f $build/CTestTestfile.cmake || ! -x $build/hutch ]]; then
   exit 2
 fi
 
-# What the suite and the demo run, besides hutch itself: shells and coreutils in sandboxes,
-# Debian's python3 (tests and the demo's skill), busybox-static (the probe's peers), mount tools,
-# ctest, mkfs.erofs (layer images) and the tools tests call on the host side.
-packages="base-files libc6 libc-bin bash dash coreutils python3 busybox-static util-linux mount
-  cmake e2fsprogs erofs-utils libarchive13 grep sed findutils mawk tar gzip diffutils procps
-  iproute2 libstdc++6 libseccomp2 libcap2 libssl3"
+# What the suite and the demo run, besides hutch itself: every Essential package (sh, hostname,
+# coreutils, ... in sandboxes), Debian's python3 (tests and the demo's skill), busybox-static (the
+# probe's peers), mount tools, ctest, mkfs.erofs (layer images) and the tools tests call on the
+# host side.
+essential=$(dpkg-query -W -f='${Essential} ${db:Status-Status} ${Package}\n' |
+  awk '$1 == "yes" && $2 == "installed" { print $3 }')
+packages="$essential python3 busybox-static mount cmake e2fsprogs erofs-utils libarchive13 mawk
+  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3"
 # The source tree (tests read scripts and data from it) without other build trees, and BUILD_DIR.
 files=()
 for f in "$src"/* "$src"/.clang-format; do

@@ -60,7 +60,9 @@ for name in "${names[@]}"; do
   skip=${skip:-0}
   # ctest: "95% tests passed, 20 tests failed out of 411" (skips count as passed there).
   ct_fail="" ct_total=""
-  read -r ct_fail ct_total < <(sed -nE 's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+)$/\1 \2/p' <<<"$section" | tail -n1) || true
+  read -r ct_fail ct_total < <(sed -nE \
+    's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+)$/\1 \2/p' <<<"$section" |
+    tail -n1) || true
   if [[ -n ${ct_total:-} ]]; then
     skip=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' <<<"$section" || true)
     ran=$ct_total pass=$((ct_total - ct_fail - skip))
@@ -126,6 +128,9 @@ for l in "${lines[@]}"; do say "$l"; done
 ((total_skip == 0)) || say "note: $total_skip tests skipped although HUTCH_MUST_WORK=1"
 guest_up=$(sed -nE 's/^hutch-vm: done, up ([0-9.]+) s$/\1/p' "$text")
 guest_boot=$(sed -nE 's/^hutch-vm: kernel .*; up ([0-9.]+) s$/\1/p' "$text")
-say "VM wall time ${vm_time} s (budget ${budget} s${guest_boot:+; tests started at guest uptime $guest_boot s}${guest_up:+; guest uptime at poweroff $guest_up s})"
+times="budget ${budget} s"
+[[ -z $guest_boot ]] || times+="; tests started at guest uptime $guest_boot s"
+[[ -z $guest_up ]] || times+="; guest uptime at poweroff $guest_up s"
+say "VM wall time ${vm_time} s ($times)"
 say "$total_pass passed, $total_fail failed"
 ((total_fail == 0 && problems == 0))
