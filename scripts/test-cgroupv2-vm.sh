@@ -13,7 +13,8 @@
 # - the binaries' output is printed, then per-binary results, then the VM wall time and, last, the line
 #     cgroupv2-vm: N passed, M failed
 #   counting individual gtest tests, or ctest tests for a binary that runs ctest (a binary that
-#   crashed or ended without a gtest or ctest summary counts as one test).
+#   crashed or ended without a gtest or ctest summary counts as one test; scripts/vm/results.sh
+#   reads the console).
 # Exit status: 0 all passed; 1 a test failed, a binary left no result, or the VM timed out;
 # 2 usage or setup error (no VM result).
 #
@@ -48,12 +49,13 @@
 #
 # Disk mode (HUTCH_VM_PACKAGES set): the tree above, plus the packages' files (hard links; no man
 # pages or locales, but /usr/share/doc, which tests look at), the host's /etc (without shadow
-# files, ssh keys or private TLS keys) and the host's top-level /usr-merge symlinks, becomes an
-# ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a virtio disk. A
-# tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and switch_roots
-# into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1 cannot idmap
-# tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git, CMakeFiles and
-# *.o files. Needs e2fsprogs too.
+# files, ssh keys or private TLS keys), the alternatives' links in /usr/bin and /usr/sbin, the
+# host's /usr-merge symlinks and empty copies of the directories in /, /usr/local and /var,
+# becomes an ext4 image (`mkfs.ext4 -d`, no mount, sparse, removed afterwards) attached as a
+# virtio disk. A tiny initramfs (busybox and the modules) insmods the modules, mounts the disk and
+# switch_roots into it; /tmp stays on the ext4 root, so the guest's / and /tmp can be idmapped (6.1
+# cannot idmap tmpfs, 9p or virtiofs). Directories in HUTCH_VM_FILES are copied without .git,
+# CMakeFiles and *.o files. Needs e2fsprogs too.
 #
 # Needs (Debian): qemu-system-x86 busybox-static cpio (plus apt, dpkg, coreutils, util-linux,
 # gzip, xz-utils/zstd only if the kernel's modules are compressed). No root needed once the kernel
@@ -265,7 +267,8 @@ stage_packages() {
   local -a closure=() files=()
   local f map=() missing
   read -ra closure <<<"$packages"
-  missing=$(dpkg-query -W -f='${Status} ${Package}\n' "${closure[@]}" 2>&1 | grep -v '^install ok installed' || true)
+  missing=$(dpkg-query -W -f='${Status} ${Package}\n' "${closure[@]}" 2>&1 |
+    grep -v '^install ok installed' || true)
   [[ -z $missing ]] || die "HUTCH_VM_PACKAGES: not installed here: $(tr '\n' ' ' <<<"$missing")"
   mapfile -t closure < <(apt-cache depends --recurse --installed --no-recommends --no-suggests \
     --no-conflicts --no-breaks --no-replaces --no-enhances "${closure[@]}" 2>/dev/null |
@@ -287,6 +290,19 @@ stage_packages() {
   rm -f "$work/.link-test"
   printf '%s\0' "${files[@]}" | (cd / && xargs -0 cp -a "${link[@]}" --parents -t "$root") ||
     die "cannot copy the packages' files into $root"
+  # update-alternatives' links (awk -> /etc/alternatives/awk -> mawk) are no package's files.
+  while read -r f; do
+    [[ -e $root$(readlink -f "$f") && ! -e $root$f ]] && cp -P "$f" "$root$f"
+  done < <(find /usr/bin /usr/sbin -maxdepth 1 -lname '/etc/alternatives/*')
+  # The host's directory skeleton (/usr/local/bin, /var/tmp, /home, ...): empty, same modes.
+  for f in /* /usr/local/* /var/*; do
+    if [[ -L $f ]]; then
+      [[ -e $root$f || -L $root$f ]] || cp -P "$f" "$root$f"
+    elif [[ -d $f ]]; then
+      mkdir -p "$root$f"
+      chmod --reference="$f" "$root$f"
+    fi
+  done
   tar -C / -cf - --exclude=etc/shadow --exclude=etc/shadow- --exclude=etc/gshadow \
     --exclude=etc/gshadow- --exclude=etc/ssh --exclude=etc/ssl/private \
     --exclude=etc/apt/auth.conf --exclude=etc/apt/auth.conf.d etc | tar -C "$root" -xf - ||
@@ -442,8 +458,8 @@ if ((on_disk)); then
   disk=$work/root.ext4
   used=$(du -sm "$root" | cut -f1)
   # Sparse: only what mkfs writes takes space on the host.
-  mkfs.ext4 -q -F -L hutch-vm -d "$root" -E root_owner=0:0 "$disk" "$((used + used / 4 + disk_free))M" >/dev/null ||
-    die "mkfs.ext4 -d $root $disk failed"
+  mkfs.ext4 -q -F -L hutch-vm -d "$root" -E root_owner=0:0 "$disk" \
+    "$((used + used / 4 + disk_free))M" >/dev/null || die "mkfs.ext4 -d $root $disk failed"
   rm -rf "$root" # only links and copies: the disk has them now
   drive=(-drive "file=$disk,format=raw,if=virtio,cache=unsafe")
   say "ext4 disk of $used MiB used + $disk_free MiB free and initramfs $(du -k "$initrd" | cut -f1) KiB" \
@@ -459,7 +475,8 @@ say "booting (qemu TCG, ${memory} MiB, $smp CPUs, budget ${budget} s)"
 : >"$log"
 vm_start=$(now)
 timeout -k 5 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -m "$memory" -smp "$smp" \
-  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" "${drive[@]}" \
+  -nographic -no-reboot -nic none -kernel "$vmlinuz" -initrd "$initrd" -append "$append" \
+  "${drive[@]}" \
   </dev/null >"$log" 2>&1 &
 vm_pid=$!
 tail_pid=""
@@ -475,106 +492,4 @@ vm_time=$(elapsed "$vm_start")
 [[ -z ${HUTCH_VM_LOG:-} ]] || cp "$log" "$HUTCH_VM_LOG"
 
 # --- results ---------------------------------------------------------------------------------------
-# Plain text: no CRs, no terminal escapes (SeaBIOS clears the screen).
-tr -d '\r' <"$log" | sed -E $'s/\e\\[[0-9;?]*[A-Za-z]//g; s/\ec//g' >"$log.txt"
-timed_out=0
-if ((vm_rc == 124 || vm_rc == 137)); then timed_out=1; fi
-problems=0
-print_tail() {
-  echo "----- last 60 console lines -----"
-  tail -n 60 "$log.txt" | awk '{ print }' # ends the last line, even if the guest did not
-  echo "---------------------------------"
-}
-
-total_pass=0 total_fail=0 total_skip=0
-declare -a lines=()
-for name in "${names[@]}"; do
-  # The binary's output: from its BEGIN marker to its RESULT marker (or the end of the log).
-  # Markers may follow output that lacked a final newline: match them at the end of a line.
-  section=$(awk -v b="HUTCH-VM-BEGIN $name" -v r="HUTCH-VM-RESULT $name " '
-    !on && substr($0, length($0) - length(b) + 1) == b { on = 1; next }
-    on && (i = index($0, r)) && substr($0, i + length(r)) ~ /^[0-9]+$/ { exit }
-    on { print }' "$log.txt")
-  rc=$(awk -v r="HUTCH-VM-RESULT $name " '
-    (i = index($0, r)) && substr($0, i + length(r)) ~ /^[0-9]+$/ { rc = substr($0, i + length(r)) }
-    END { print rc }' "$log.txt")
-  if [[ $verbose != 1 ]]; then
-    echo "===== $name ====="
-    [[ -z $section ]] || printf '%s\n' "$section"
-  fi
-  # gtest: "[==========] 7 tests from 2 test suites ran." "[  PASSED  ] 6 tests." "[  SKIPPED ] 1 test"
-  ran=$(sed -nE 's/^\[==========\] ([0-9]+) tests? from .* ran\..*/\1/p' <<<"$section" | tail -n1)
-  pass=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' <<<"$section" | tail -n1)
-  skip=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?.*/\1/p' <<<"$section" | tail -n1)
-  skip=${skip:-0}
-  # ctest: "95% tests passed, 20 tests failed out of 411" (skips count as passed there).
-  ct_fail="" ct_total=""
-  read -r ct_fail ct_total < <(sed -nE 's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+)$/\1 \2/p' <<<"$section" | tail -n1) || true
-  if [[ -n ${ct_total:-} ]]; then
-    skip=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' <<<"$section" || true)
-    ran=$ct_total pass=$((ct_total - ct_fail - skip))
-  fi
-  if [[ -z $rc ]]; then
-    if [[ -n $section ]]; then what="started but left no result"; else what="never ran"; fi
-    p=0 f=1 s=0
-    why="VM ended early"
-    ((timed_out == 0)) || why="VM timed out"
-    # A ctest run cut short: its finished tests count, every other one is a failure.
-    ct_total=$(sed -nE 's|^ *[0-9]+/([0-9]+) Test +#[0-9]+: .*|\1|p' <<<"$section" | tail -n1)
-    if [[ -n $ct_total ]]; then
-      p=$(grep -cE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed +[0-9.]+ sec$' <<<"$section" || true)
-      f=$((ct_total - p))
-      lines+=("$name: $what ($why): $p of $ct_total ctest tests passed, the other $f counted as failed")
-    else
-      lines+=("$name: $what ($why), counted as 1 failed")
-    fi
-    problems=1
-  elif [[ -n $ran && -n $pass ]]; then
-    p=$pass s=$skip f=$((ran - pass - skip))
-    note=""
-    if ((rc != 0 && f == 0)); then
-      f=1
-      note=" (exit $rc after its tests passed: counted as 1 failed)"
-    elif ((ran == 0)); then
-      f=1
-      note=" (it ran no tests: counted as 1 failed)"
-    fi
-    ((s == 0)) || note=", $s skipped$note"
-    lines+=("$name: exit $rc, $p passed, $f failed$note")
-  else
-    s=0
-    if ((rc == 0)); then p=1 f=0 what=passed; else p=0 f=1 what=failed; fi
-    lines+=("$name: exit $rc (no gtest summary: counted as 1 $what)")
-  fi
-  total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
-done
-
-kmsg=$(sed -n '/^HUTCH-VM-DMESG-BEGIN/,/^HUTCH-VM-DMESG-END/{/^HUTCH-VM-DMESG-/d;p}' "$log.txt")
-if [[ -n $kmsg ]]; then
-  echo "===== guest kernel messages while the tests ran ====="
-  printf '%s\n' "$kmsg"
-fi
-if grep -q '^hutch-vm: FATAL' "$log.txt"; then
-  say "guest setup failed: $(grep -m1 '^hutch-vm: FATAL' "$log.txt")"
-  problems=1
-fi
-if ((timed_out)); then
-  say "VM TIMED OUT: no poweroff within the ${budget} s budget (HUTCH_VM_TIMEOUT)"
-  problems=1
-elif ((vm_rc != 0)); then
-  say "qemu exited with status $vm_rc"
-  problems=1
-elif ! grep -q '^HUTCH-VM-DONE' "$log.txt"; then
-  say "the guest did not finish its run (kernel panic or init died?)"
-  problems=1
-fi
-((problems == 0 || verbose == 1)) || print_tail
-
-echo "===== results ====="
-for l in "${lines[@]}"; do say "$l"; done
-((total_skip == 0)) || say "note: $total_skip tests skipped although HUTCH_MUST_WORK=1"
-guest_up=$(sed -nE 's/^hutch-vm: done, up ([0-9.]+) s$/\1/p' "$log.txt")
-guest_boot=$(sed -nE 's/^hutch-vm: kernel .*; up ([0-9.]+) s$/\1/p' "$log.txt")
-say "VM wall time ${vm_time} s (budget ${budget} s${guest_boot:+; tests started at guest uptime $guest_boot s}${guest_up:+; guest uptime at poweroff $guest_up s})"
-say "$total_pass passed, $total_fail failed"
-((total_fail == 0 && problems == 0))
+HUTCH_VM_NAME=$prog "$here/vm/results.sh" "$log" "$vm_rc" "$budget" "$vm_time" "${names[@]}"

@@ -4,5 +4,5 @@
 # two tests at a time, each with $HUTCH_VM_CTEST_TIMEOUT seconds (TCG runs code ~5-6x slower than
 # the host). ctest's own summary ("N% tests passed, M tests failed out of T") is what the host counts.
 : "${HUTCH_VM_BUILD_DIR:?the build tree to test}"
-exec ctest --test-dir "$HUTCH_VM_BUILD_DIR" --output-on-failure -j"$(nproc)" \
-  --timeout "${HUTCH_VM_CTEST_TIMEOUT:-300}"
+exec ctest --test-dir "$HUTCH_VM_BUILD_DIR" --output-on-failure --no-tests=error -j"$(nproc)" \
+  --timeout "${HUTCH_VM_CTEST_TIMEOUT:-240}"
