@@ -270,14 +270,14 @@ void Routes::install(httplib::Server& server, bool tcp) const {
   // Bodies of content-reader routes (file PUT) stream up to the payload cap; every other body is
   // JSON, read whole, up to max_json_bytes.
   const uint64_t payload_max = options.max_file_bytes + (1 << 20);
-  std::vector<std::string> reader_patterns;
+  std::vector<std::pair<std::string, std::string>> reader_routes;  // method, pattern
   for (const Route& route : routes_) {
-    if (route.reader) reader_patterns.push_back(route.pattern);
+    if (route.reader) reader_routes.emplace_back(route.method, route.pattern);
   }
-  auto framing_error = [&options, payload_max, reader_patterns](const httplib::Request& req) {
-    bool reader = req.method == "PUT" && std::ranges::any_of(reader_patterns, [&](const auto& p) {
-                    return path_matches(p, req.path);
-                  });
+  auto framing_error = [&options, payload_max, reader_routes](const httplib::Request& req) {
+    bool reader = std::ranges::any_of(reader_routes, [&](const auto& route) {
+      return route.first == req.method && path_matches(route.second, req.path);
+    });
     return check_framing(req, reader ? payload_max : options.max_json_bytes);
   };
   // Before the body is read: framing (a refusal closes the connection, so the unread body is
