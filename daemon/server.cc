@@ -9,8 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <future>
-#include <mutex>
 #include <optional>
 #include <string_view>
 
