@@ -482,10 +482,16 @@ bool Listener::process_and_close_socket(socket_t sock) {
 
 bool Listener::serve(Connection& connection) {
   ConnectionStream stream(connection, guard_.options());
+  // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112 6.3);
+  // httplib would read one until the client closes (`curl -X POST` with no data waits for ever).
+  auto no_framing_no_body = [](httplib::Request& req) {
+    if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+      req.set_header("Content-Length", "0");
+  };
   do {
     bool last = ++connection.requests >= keep_alive_max_count_;
     bool client_closes = false;
-    if (!process_request(stream, last, client_closes, nullptr)) return false;
+    if (!process_request(stream, last, client_closes, no_framing_no_body)) return false;
     if (last || client_closes || connection.closing()) return false;
   } while (connection.find_head());  // pipelined: the next head is already here
   return true;
