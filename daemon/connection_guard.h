@@ -33,7 +33,7 @@ using GuardClock = std::chrono::steady_clock;
 
 struct GuardOptions {
   size_t max_connections = 1024;          // open connections in total; more get 503
-  size_t max_connections_per_peer = 256;  // per uid (unix socket) or address (TCP); more get 429
+  size_t max_connections_per_peer = 128;  // per uid (unix socket) or address (TCP); more get 429
   std::chrono::milliseconds head_timeout{10000};       // a request head must arrive whole in it
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle between two requests
   std::chrono::milliseconds read_timeout{30000};       // each read of a body

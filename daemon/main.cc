@@ -75,8 +75,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-file-bytes", options.max_file_bytes, "Largest file PUT/upload");
   app.add_option("--background-output-cap", options.background_output_cap,
                  "Bytes of each background stream kept on disk");
-  app.add_option("--read-timeout", options.read_timeout_seconds, "Seconds to read a request");
-  app.add_option("--write-timeout", options.write_timeout_seconds, "Seconds to write a response");
+  app.add_option("--read-timeout", options.read_timeout_seconds,
+                 "Seconds each read of a request body may wait");
+  app.add_option("--write-timeout", options.write_timeout_seconds,
+                 "Seconds each write of a response may wait");
   app.add_option("--shutdown-grace", shutdown_grace,
                  "Seconds in-flight requests get on SIGTERM/SIGINT");
   app.add_flag("--destroy-on-exit", destroy_on_exit,

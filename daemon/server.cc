@@ -9,8 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <future>
-#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -270,14 +268,14 @@ void Routes::install(httplib::Server& server, bool tcp) const {
   // Bodies of content-reader routes (file PUT) stream up to the payload cap; every other body is
   // JSON, read whole, up to max_json_bytes.
   const uint64_t payload_max = options.max_file_bytes + (1 << 20);
-  std::vector<std::string> reader_patterns;
+  std::vector<std::pair<std::string, std::string>> reader_routes;  // method, pattern
   for (const Route& route : routes_) {
-    if (route.reader) reader_patterns.push_back(route.pattern);
+    if (route.reader) reader_routes.emplace_back(route.method, route.pattern);
   }
-  auto framing_error = [&options, payload_max, reader_patterns](const httplib::Request& req) {
-    bool reader = req.method == "PUT" && std::ranges::any_of(reader_patterns, [&](const auto& p) {
-                    return path_matches(p, req.path);
-                  });
+  auto framing_error = [&options, payload_max, reader_routes](const httplib::Request& req) {
+    bool reader = std::ranges::any_of(reader_routes, [&](const auto& route) {
+      return route.first == req.method && path_matches(route.second, req.path);
+    });
     return check_framing(req, reader ? payload_max : options.max_json_bytes);
   };
   // Before the body is read: framing (a refusal closes the connection, so the unread body is
@@ -484,10 +482,16 @@ bool Listener::process_and_close_socket(socket_t sock) {
 
 bool Listener::serve(Connection& connection) {
   ConnectionStream stream(connection, guard_.options());
+  // A request with neither Content-Length nor Transfer-Encoding has no body (RFC 9112 6.3);
+  // httplib would read one until the client closes (`curl -X POST` with no data waits for ever).
+  auto no_framing_no_body = [](httplib::Request& req) {
+    if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+      req.set_header("Content-Length", "0");
+  };
   do {
     bool last = ++connection.requests >= keep_alive_max_count_;
     bool client_closes = false;
-    if (!process_request(stream, last, client_closes, nullptr)) return false;
+    if (!process_request(stream, last, client_closes, no_framing_no_body)) return false;
     if (last || client_closes || connection.closing()) return false;
   } while (connection.find_head());  // pipelined: the next head is already here
   return true;

@@ -71,8 +71,17 @@ struct Answer {
   }
 };
 
-// Reads until the server closes the connection or `timeout` passes.
-Answer read_until_closed(int fd, std::chrono::milliseconds timeout) {
+// Whether `raw` holds a whole answer (its head and Content-Length bytes of body).
+bool answer_complete(const std::string& raw) {
+  size_t end = raw.find("\r\n\r\n");
+  size_t length = raw.find("Content-Length: ");
+  if (end == std::string::npos || length == std::string::npos || length > end) return false;
+  return raw.size() >= end + 4 + std::stoul(raw.substr(length + 16));
+}
+
+// Reads until the server closes the connection or `timeout` passes (or, with `one_answer`, a
+// whole answer has arrived).
+Answer read_until_closed(int fd, std::chrono::milliseconds timeout, bool one_answer = false) {
   Answer answer;
   auto deadline = Clock::now() + timeout;
   for (;;) {
@@ -87,6 +96,7 @@ Answer read_until_closed(int fd, std::chrono::milliseconds timeout) {
       break;
     }
     answer.raw.append(buffer, static_cast<size_t>(n));
+    if (one_answer && answer_complete(answer.raw)) break;
   }
   if (answer.raw.starts_with("HTTP/1.1 ")) answer.status = std::atoi(answer.raw.c_str() + 9);
   size_t body = answer.raw.find("\r\n\r\n");
@@ -345,6 +355,13 @@ TEST_F(HostileHttpTest, AmbiguousFramingIs400AndCloses) {
   Answer plain = round_trip(daemon_->socket(), line + "Content-Length: 2\r\n\r\n{}", 500ms);
   EXPECT_EQ(plain.status, 404) << plain.raw;
   EXPECT_FALSE(plain.closed);
+  // Neither header: no body (RFC 9112 6.3), answered at once rather than read until EOF.
+  UniqueFd fd = connect_unix(daemon_->socket());
+  ASSERT_TRUE(fd && send_all(fd.get(), line + "\r\n"));
+  auto started = Clock::now();
+  Answer bodiless = read_until_closed(fd.get(), 3000ms, true);
+  EXPECT_EQ(bodiless.status, 404) << bodiless.raw;
+  EXPECT_LT(ms_since(started), 1000.0);
 }
 
 // A Content-Length over every limit is refused from the head alone: no body is ever sent.
