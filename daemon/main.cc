@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--max-connections", options.max_connections, "Worker threads (connections)")
       ->check(CLI::Range(2, 100000));
-  app.add_option("--max-file-bytes", options.max_file_bytes, "Largest file PUT/upload");
+  app.add_option("--max-file-bytes", options.max_file_bytes, "Largest fs/write content and fs/download entry (PUT streams, up to the disk quota)");
   app.add_option("--background-output-cap", options.background_output_cap,
                  "Bytes of each background stream kept on disk");
   app.add_option("--read-timeout", options.read_timeout_seconds, "Seconds to read a request");

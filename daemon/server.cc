@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <string_view>
 
@@ -248,11 +250,13 @@ void Routes::install(httplib::Server& server, bool tcp) const {
     if (route.method == "PUT") server.Put(route.pattern, wrap_reader(route));
   }
   const ServerOptions& options = context_.options;
-  // Before the body is read: authentication (TCP). (A JSON body over its cap is refused by the
-  // route wrapper once read: answering before reading it would leave the client blocked
-  // writing a body nobody reads.)
+  // Before the body is read: authentication (TCP), and bodies too large to hold. (A JSON body
+  // over its cap but within that bound is refused by the route wrapper once read: answering
+  // before reading it would leave the client blocked writing a body nobody reads.)
+  const uint64_t unread_body_bound =
+      std::max(options.max_json_bytes, options.max_file_bytes) + (1 << 20);
   server.set_pre_routing_handler(
-      [&options, tcp](const httplib::Request& req, httplib::Response& res) {
+      [&options, tcp, unread_body_bound](const httplib::Request& req, httplib::Response& res) {
         if (tcp) {
           std::string header = req.get_header_value("Authorization");
           bool ok =
@@ -264,6 +268,18 @@ void Routes::install(httplib::Server& server, bool tcp) const {
                             "application/json");
             return httplib::Server::HandlerResponse::Handled;
           }
+        }
+        // httplib reads every body but a PUT's into memory: one far above the JSON cap is
+        // refused unread (the cap the server's payload limit set before file PUTs streamed).
+        if (req.method != "PUT" && req.has_header("Content-Length") &&
+            req.get_header_value<uint64_t>("Content-Length") > unread_body_bound) {
+          res.status = 413;
+          res.set_header("Connection", "close");
+          res.set_content(error_body("payload_too_large",
+                                     "JSON bodies are limited to " +
+                                         std::to_string(options.max_json_bytes) + " bytes"),
+                          "application/json");
+          return httplib::Server::HandlerResponse::Handled;
         }
         return httplib::Server::HandlerResponse::Unhandled;
       });
@@ -304,7 +320,9 @@ void Routes::install(httplib::Server& server, bool tcp) const {
         res.set_content(error_body(status_code_name(res.status), message), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
-  server.set_payload_max_length(options.max_file_bytes + (1 << 20));
+  // File PUTs stream to disk with no cap but the sandbox's quota; other bodies, which are read
+  // into memory, are bounded by Content-Length in the pre-routing handler.
+  server.set_payload_max_length(std::numeric_limits<size_t>::max());
   server.set_read_timeout(options.read_timeout_seconds, 0);
   server.set_write_timeout(options.write_timeout_seconds, 0);
   server.set_keep_alive_timeout(5);

@@ -140,6 +140,12 @@ FsResult<SandboxPath> parse_path(std::string_view raw) {
     out.path = "/";
     return out;
   }
+  // By name too, not only by filesystem (check_fs): a sandbox without /sys (or with /proc
+  // unmounted) must not get a directory of that name from the daemon either.
+  if (parts.front() == "proc" || parts.front() == "sys") {
+    return fail(Errc::kPermissionDenied,
+                "/" + std::string(parts.front()) + ": paths under /proc and /sys are refused");
+  }
   for (size_t i = 0; i + 1 < parts.size(); ++i) out.parent = join(out.parent, parts[i]);
   out.name = std::string(parts.back());
   out.path = join(out.parent, out.name);
