@@ -21,6 +21,10 @@ ApiError fs_failure(const files::FsError& error) {
       return ApiError(422, std::string(files::errc_name(error.code)), error.message);
     case Errc::kTooLarge:
       return ApiError(413, "payload_too_large", error.message);
+    case Errc::kNotRegularFile:
+      return ApiError(409, "not_a_regular_file", error.message);
+    case Errc::kNoSpace:
+      return ApiError(507, "insufficient_storage", error.message);
     case Errc::kIo:
       break;
   }

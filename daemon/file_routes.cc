@@ -34,6 +34,42 @@ class FsIdentity {
   }
 };
 
+// Bytes per pread (and socket write) of a file GET: large enough that syscalls do not bound the
+// throughput, small enough to hold per response.
+constexpr size_t kReadChunk = 1 << 20;
+// Bytes per write(2) of a file PUT.
+constexpr size_t kWriteChunk = 1 << 20;
+
+// The byte ranges of a GET clamped to a file of `size` bytes (RFC 9110 section 14.1.2: a last
+// position past the end means the end; a range that starts at or past the end is unsatisfiable
+// and dropped: none left is a 416).
+httplib::Ranges clamp_ranges(const httplib::Ranges& ranges, uint64_t size) {
+  const auto end = static_cast<ssize_t>(size);
+  httplib::Ranges kept;
+  for (auto [first, last] : ranges) {
+    if (first < 0) {  // "-N": the last N bytes
+      if (last <= 0 || end == 0) continue;
+      first = std::max<ssize_t>(0, end - last);
+      last = end - 1;
+    } else {
+      if (first >= end) continue;
+      if (last < 0 || last >= end) last = end - 1;
+      if (last < first) continue;
+    }
+    kept.emplace_back(first, last);
+  }
+  return kept;
+}
+
+// The sandbox's quota is named in a 507: that, not hutchd, is the limit a client meets.
+ApiError file_failure(const Sandbox& sandbox, const files::FsError& error) {
+  if (error.code != files::Errc::kNoSpace) return fs_failure(error);
+  uint64_t quota = sandbox.config().limits.disk_bytes.value_or(SandboxSpec{}.disk_bytes);
+  return ApiError(507, "insufficient_storage",
+                  "the sandbox's disk quota (limits.disk_bytes = " + std::to_string(quota) +
+                      " bytes) is full; nothing was written: " + error.message);
+}
+
 template <class T>
 T value_or_throw(files::FsResult<T> result) {
   if (!result) throw fs_failure(result.error());
@@ -71,6 +107,7 @@ std::string per_file_error(files::Errc code) {
     case files::Errc::kNotFound:
       return "file_not_found";
     case files::Errc::kPermissionDenied:
+    case files::Errc::kNotRegularFile:
       return "permission_denied";
     case files::Errc::kIsDirectory:
       return "is_directory";
@@ -115,17 +152,19 @@ json fs_op(DaemonContext& context, Sandbox& sandbox, const std::string& op, cons
     std::string content = string_field(body, "content");
     if (content.size() > context.options.max_file_bytes)
       throw ApiError(413, "payload_too_large", "content is larger than the file cap");
-    uint64_t size = value_or_throw(fs.write_file(path, content));
-    return {{"path", path}, {"size", size}};
+    auto size = fs.write_file(path, content);
+    if (!size) throw file_failure(sandbox, size.error());
+    return {{"path", path}, {"size", *size}};
   }
   if (op == "edit") {
     std::string path = string_field(body, "path");
     std::string old_text = string_field(body, "old");
     std::string new_text = string_field(body, "new");
     if (old_text.empty()) throw bad_request("old must not be empty");
-    uint64_t occurrences = value_or_throw(
-        fs.edit(path, old_text, new_text, optional_bool(body, "replace_all").value_or(false)));
-    return {{"path", path}, {"occurrences", occurrences}};
+    auto occurrences =
+        fs.edit(path, old_text, new_text, optional_bool(body, "replace_all").value_or(false));
+    if (!occurrences) throw file_failure(sandbox, occurrences.error());
+    return {{"path", path}, {"occurrences", *occurrences}};
   }
   if (op == "glob") {
     std::string pattern = string_field(body, "pattern");
@@ -204,31 +243,47 @@ json fs_op(DaemonContext& context, Sandbox& sandbox, const std::string& op, cons
 
 void add_file_routes(Routes& routes, DaemonContext& context) {
   const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";
-  routes.get(one + "/files",
-             [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
-               auto sandbox = context.registry.get(sandbox_id(req));
-               files::SandboxFs fs = sandbox->fs();
-               auto fd = std::make_shared<UniqueFd>([&] {
-                 FsIdentity as_owner(sandbox->owner());
-                 return value_or_throw(fs.open_read(path_param(req)));
-               }());
-               struct stat st {};
-               if (::fstat(fd->get(), &st) != 0)
-                 throw runtime_failure(sys_error("fstat", path_param(req)).error());
-               std::shared_ptr<void> slot = call.slot;
-               res.status = 200;
-               // Streamed out with pread: the file is never held in memory. The sandbox (and its
-               // root fd) is kept alive by the provider until the response ends.
-               res.set_content_provider(
-                   static_cast<size_t>(st.st_size), "application/octet-stream",
-                   [fd, sandbox, slot](size_t offset, size_t length, httplib::DataSink& sink) {
-                     char buffer[64 * 1024];
-                     ssize_t n = ::pread(fd->get(), buffer, std::min(length, sizeof buffer),
-                                         static_cast<off_t>(offset));
-                     if (n <= 0) return false;  // the file shrank under us: abort the response
-                     return sink.write(buffer, static_cast<size_t>(n));
-                   });
-             });
+  routes.get(
+      one + "/files", [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
+        // cpp-httplib 0.11.4 parses Range itself and slices whatever the handler answers by
+        // it (an error too), but neither clamps nor refuses ranges: the handler takes them,
+        // and gives back the clamped ones for a file it sends. The Request is the server's own
+        // object, handed to handlers as const.
+        httplib::Ranges& ranges = const_cast<httplib::Request&>(req).ranges;
+        const httplib::Ranges requested = std::exchange(ranges, {});
+        auto sandbox = context.registry.get(sandbox_id(req));
+        files::SandboxFs fs = sandbox->fs();
+        auto fd = std::make_shared<UniqueFd>([&] {
+          FsIdentity as_owner(sandbox->owner());
+          return value_or_throw(fs.open_read(path_param(req)));
+        }());
+        struct stat st {};
+        if (::fstat(fd->get(), &st) != 0)
+          throw runtime_failure(sys_error("fstat", path_param(req)).error());
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        httplib::Ranges kept = clamp_ranges(requested, size);
+        if (!requested.empty() && kept.empty()) {
+          res.set_header("Content-Range", "bytes */" + std::to_string(size));
+          throw ApiError(416, "range_not_satisfiable",
+                         "no requested range starts before the end of the file (" +
+                             std::to_string(size) + " bytes)");
+        }
+        ranges = std::move(kept);
+        std::shared_ptr<void> slot = call.slot;
+        // httplib answers only the ranges' bytes, with their Content-Range.
+        res.status = ranges.empty() ? 200 : 206;
+        // Streamed out with pread: the file is never held in memory. The sandbox (and its
+        // root fd) is kept alive by the provider until the response ends.
+        auto buffer = std::make_shared<std::vector<char>>(kReadChunk);
+        res.set_content_provider(
+            static_cast<size_t>(size), "application/octet-stream",
+            [fd, sandbox, slot, buffer](size_t offset, size_t length, httplib::DataSink& sink) {
+              ssize_t n = ::pread(fd->get(), buffer->data(), std::min(length, kReadChunk),
+                                  static_cast<off_t>(offset));
+              if (n <= 0) return false;  // the file shrank under us: abort the response
+              return sink.write(buffer->data(), static_cast<size_t>(n));
+            });
+      });
   routes.put_reader(
       one + "/files", [&context](Call&, const httplib::Request& req, httplib::Response& res,
                                  const httplib::ContentReader& reader) {
@@ -236,23 +291,38 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
         std::string path = path_param(req);
         files::SandboxFs fs = sandbox->fs();
         FsIdentity as_owner(sandbox->owner());
-        auto begun = fs.begin_write(path, mode_param(req), context.options.max_file_bytes);
-        if (!begun) {
-          // Read (and drop) the body first, so the client gets the error instead of a reset.
-          reader([](const char*, size_t) { return true; });
-          throw fs_failure(begun.error());
-        }
-        files::AtomicWriter writer = std::move(*begun);
+        // Streamed: no cap but the sandbox's disk quota, and constant memory.
+        auto begun = fs.begin_write(path, mode_param(req));
         std::optional<files::FsError> failure;
+        if (!begun) failure = begun.error();
+        std::optional<files::AtomicWriter> writer;
+        if (begun) writer.emplace(std::move(*begun));
+        // After a failure the rest of the body is read and dropped, so that the client (which
+        // sends all of it before reading the answer) gets the error instead of a reset.
+        // httplib hands the body over in 4 KiB pieces: they are gathered into writes of
+        // kWriteChunk, far fewer syscalls.
+        std::string pending;
+        pending.reserve(kWriteChunk);
+        const auto flush = [&] {
+          if (failure || pending.empty()) return;
+          if (auto written = writer->write(pending.data(), pending.size()); !written) {
+            failure = written.error();
+            writer.reset();  // the temp file goes now, not when the body has been drained
+          }
+          pending.clear();
+        };
         bool complete = reader([&](const char* data, size_t length) {
-          auto written = writer.write(data, length);
-          if (!written) failure = written.error();
-          return written.has_value();
+          if (failure) return true;
+          pending.append(data, length);
+          if (pending.size() >= kWriteChunk) flush();
+          return true;
         });
-        if (failure) throw fs_failure(*failure);
+        flush();
+        if (failure) throw file_failure(*sandbox, *failure);
         if (!complete) throw bad_request("the request body ended early");
-        check_ok(writer.commit());
-        send_json(res, 200, {{"path", path}, {"size", writer.bytes_written()}});
+        if (auto committed = writer->commit(); !committed)
+          throw file_failure(*sandbox, committed.error());
+        send_json(res, 200, {{"path", path}, {"size", writer->bytes_written()}});
       });
   routes.del(
       one + "/files", [&context](Call&, const httplib::Request& req, httplib::Response& res) {

@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
   app.add_option("--head-timeout", options.head_timeout_seconds,
                  "Seconds to receive a whole request head before 408 request_timeout")
       ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--max-file-bytes", options.max_file_bytes, "Largest file PUT/upload");
+  app.add_option("--max-file-bytes", options.max_file_bytes,
+                 "Largest fs/write content and fs/download entry (a PUT streams up to the "
+                 "sandbox's disk quota)");
   app.add_option("--background-output-cap", options.background_output_cap,
                  "Bytes of each background stream kept on disk");
   app.add_option("--read-timeout", options.read_timeout_seconds,

@@ -317,6 +317,9 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
   auto sandbox =
       std::make_shared<Sandbox>(id, std::move(config), created_at, std::move(*live), dir);
   if (record.value("state", "running") == "paused") sandbox->set_state(SandboxState::kPaused);
+  // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
+  if (auto left = sandbox->fs().remove_leftovers(); !left)
+    spdlog::warn("sandbox={} recovery: {}", id, left.error().message);
   sandbox->log().add({{"event", "adopted"}, {"state", state_name(sandbox->state())}});
   spdlog::info("sandbox={} recovery: adopted ({}, init pid {})", id, state_name(sandbox->state()),
                ref->init_pid);

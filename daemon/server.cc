@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <limits>
 #include <string_view>
 
 #include "daemon/errors.h"
@@ -265,18 +266,18 @@ void Routes::install(httplib::Server& server, bool tcp) const {
     if (route.method == "PUT") server.Put(route.pattern, wrap_reader(route));
   }
   const ServerOptions& options = context_.options;
-  // Bodies of content-reader routes (file PUT) stream up to the payload cap; every other body is
-  // JSON, read whole, up to max_json_bytes.
-  const uint64_t payload_max = options.max_file_bytes + (1 << 20);
+  // Bodies of content-reader routes (file PUT) stream to the sandbox's disk quota; every other body
+  // is JSON, read whole, up to max_json_bytes.
+  const uint64_t unbounded = std::numeric_limits<uint64_t>::max();
   std::vector<std::pair<std::string, std::string>> reader_routes;  // method, pattern
   for (const Route& route : routes_) {
     if (route.reader) reader_routes.emplace_back(route.method, route.pattern);
   }
-  auto framing_error = [&options, payload_max, reader_routes](const httplib::Request& req) {
+  auto framing_error = [&options, unbounded, reader_routes](const httplib::Request& req) {
     bool reader = std::ranges::any_of(reader_routes, [&](const auto& route) {
       return route.first == req.method && path_matches(route.second, req.path);
     });
-    return check_framing(req, reader ? payload_max : options.max_json_bytes);
+    return check_framing(req, reader ? unbounded : options.max_json_bytes);
   };
   // Before the body is read: framing (a refusal closes the connection, so the unread body is
   // never taken for a request), then authentication (TCP).
@@ -346,7 +347,9 @@ void Routes::install(httplib::Server& server, bool tcp) const {
         res.set_content(error_body(status_code_name(res.status), message), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       }));
-  server.set_payload_max_length(payload_max);
+  // File PUTs stream to disk with no cap but the sandbox's disk quota (the framing check gives
+  // them no Content-Length bound); every other body is JSON, bounded before it is read.
+  server.set_payload_max_length(std::numeric_limits<size_t>::max());
   // Timeouts (head, keep-alive, reads, writes) are the connection guard's.
   server.set_keep_alive_max_count(1000);
 }

@@ -36,6 +36,10 @@ std::string_view errc_name(Errc code) {
       return "not_unique";
     case Errc::kTooLarge:
       return "too_large";
+    case Errc::kNotRegularFile:
+      return "not_a_regular_file";
+    case Errc::kNoSpace:
+      return "insufficient_storage";
     case Errc::kIo:
       return "io_error";
   }
@@ -67,6 +71,11 @@ Errc code_of(std::string_view syscall, int err) {
       return Errc::kNotEmpty;
     case EFBIG:
       return Errc::kTooLarge;
+    case ENOSPC:
+    case EDQUOT:
+      return Errc::kNoSpace;
+    case ENXIO:  // open(2) of a socket, or of a device without a driver
+      return Errc::kNotRegularFile;
     case ENAMETOOLONG:
       return Errc::kInvalidPath;
     case ELOOP:
@@ -130,6 +139,12 @@ FsResult<SandboxPath> parse_path(std::string_view raw) {
   if (parts.empty()) {
     out.path = "/";
     return out;
+  }
+  // By name too, not only by filesystem (check_fs): a sandbox without /sys (or with /proc
+  // unmounted) must not get a directory of that name from the daemon either.
+  if (parts.front() == "proc" || parts.front() == "sys") {
+    return fail(Errc::kPermissionDenied,
+                "/" + std::string(parts.front()) + ": paths under /proc and /sys are refused");
   }
   for (size_t i = 0; i + 1 < parts.size(); ++i) out.parent = join(out.parent, parts[i]);
   out.name = std::string(parts.back());
@@ -260,7 +275,7 @@ FsResult<UniqueFd> open_regular(int root_fd, const std::string& path, struct sta
   if (fstat(fd->get(), s) != 0) return sys_fail("fstat", path);
   if (S_ISDIR(s->st_mode)) return fail(Errc::kIsDirectory, "open(" + path + "): Is a directory");
   if (!S_ISREG(s->st_mode)) {
-    return fail(Errc::kInvalidPath, "open(" + path + "): not a regular file");
+    return fail(Errc::kNotRegularFile, "open(" + path + "): not a regular file");
   }
   int fl = fcntl(fd->get(), F_GETFL);
   if (fl < 0 || fcntl(fd->get(), F_SETFL, fl & ~O_NONBLOCK) != 0) return sys_fail("fcntl", path);

@@ -28,7 +28,8 @@ struct SandboxPath {
   bool is_root() const { return name.empty(); }
 };
 
-// kInvalidPath unless `raw` is non-empty, absolute, at most 4096 bytes and free of NUL bytes.
+// kInvalidPath unless `raw` is non-empty, absolute, at most 4096 bytes and free of NUL bytes;
+// kPermissionDenied for /proc, /sys and anything under them (after normalization).
 FsResult<SandboxPath> parse_path(std::string_view raw);
 // "/a" + "b" -> "/a/b"; "/" + "b" -> "/b".
 std::string join(std::string_view dir, std::string_view name);

@@ -3,11 +3,9 @@
 
 #include <fcntl.h>
 #include <stdio.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -25,19 +23,14 @@ namespace {
 // The daemon never mints set-id files or directories for a sandbox.
 uint32_t safe_mode(uint32_t mode) { return mode & 07777 & ~(S_ISUID | S_ISGID); }
 
-std::string temp_name() {
-  static constexpr char kAlphabet[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  static std::atomic<uint64_t> counter{0};
-  unsigned char random[8] = {};
-  if (getrandom(random, sizeof random, GRND_NONBLOCK) != sizeof random) {
-    // Uniqueness comes from O_EXCL (and the retry loop), not from the randomness.
-    uint64_t fallback = counter.fetch_add(1) ^ (static_cast<uint64_t>(getpid()) << 32);
-    std::memcpy(random, &fallback, sizeof random);
-  }
-  std::string name = ".hutch-tmp-";
-  for (unsigned char byte : random) name += kAlphabet[byte % (sizeof kAlphabet - 1)];
-  return name;
+// A device, FIFO or socket: something a write, edit or move must never replace or take away.
+bool is_special(const struct stat& st) {
+  return !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode);
+}
+
+std::unexpected<FsError> not_regular(const std::string& path) {
+  return fail(Errc::kNotRegularFile,
+              "write(" + path + "): not a regular file (a device, FIFO or socket); left in place");
 }
 
 FsResult<std::optional<std::string>> read_link(int dir_fd, const char* name,
@@ -115,6 +108,7 @@ FsResult<AtomicWriter> SandboxFs::begin_write(std::string_view path, std::option
     if (S_ISDIR(st.st_mode)) {
       return fail(Errc::kIsDirectory, "write(" + p->path + "): Is a directory");
     }
+    if (is_special(st)) return not_regular(p->path);
     if (S_ISREG(st.st_mode)) final_mode = st.st_mode & 07777;
   } else if (errno != ENOENT) {
     return sys_fail("fstatat", p->path);
@@ -123,28 +117,29 @@ FsResult<AtomicWriter> SandboxFs::begin_write(std::string_view path, std::option
   final_mode = safe_mode(final_mode);
 
   AtomicWriter writer;
-  for (int attempt = 0; attempt < 16 && !writer.file_; ++attempt) {
-    std::string name = temp_name();
-    int fd = openat(dir->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
-    if (fd < 0) {
-      if (errno == EEXIST) continue;
-      return sys_fail("openat", join(p->parent, name));
-    }
-    writer.file_.reset(fd);
-    writer.temp_name_ = std::move(name);
-  }
-  if (!writer.file_) return fail(Errc::kIo, "openat(" + p->path + "): no free temp file name");
   writer.dir_ = std::move(*dir);
   writer.final_name_ = p->path;
   writer.max_bytes_ = max_bytes;
+  writer.root_fd_ = root_fd_;
+  writer.owner_ = owner_;
+  int fd = -1;
+  if (!AtomicWriter::named_temps_forced()) {
+    fd = openat(writer.dir_.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    // EOPNOTSUPP: the filesystem has no O_TMPFILE (overlayfs before 6.6); EISDIR: nor the kernel.
+    if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR) {
+      return sys_fail("openat(O_TMPFILE)", p->parent);
+    }
+  }
+  if (fd >= 0) {
+    writer.file_.reset(fd);
+  } else if (auto named = writer.create_named(false); !named) {
+    return std::unexpected(named.error());
+  }
   // Owner and mode at once, on the fd: the temp file is never host root's, even if we crash.
   if (fchown(writer.file_.get(), owner_.uid, owner_.gid) != 0) {
-    return sys_fail("fchown", join(p->parent, writer.temp_name_));
+    return sys_fail("fchown", p->path + " (temp)");
   }
-  if (fchmod(writer.file_.get(), final_mode) != 0) {
-    return sys_fail("fchmod", join(p->parent, writer.temp_name_));
-  }
+  if (fchmod(writer.file_.get(), final_mode) != 0) return sys_fail("fchmod", p->path + " (temp)");
   return writer;
 }
 
@@ -284,10 +279,18 @@ FsResult<void> SandboxFs::move(std::string_view from, std::string_view to, bool 
   if (fstatat(src_dir->get(), src->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return sys_fail("fstatat", src->path);
   }
+  const std::string detail_text = src->path + " -> " + dst->path;
+  if (is_special(st)) {
+    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + src->path +
+                                           " is a device, FIFO or socket; left in place");
+  }
   if (src->path == dst->path) return {};
   auto dst_dir = detail::make_dirs(root_fd_, dst->parent, owner_);
   if (!dst_dir) return std::unexpected(dst_dir.error());
-  const std::string detail_text = src->path + " -> " + dst->path;
+  if (fstatat(dst_dir->get(), dst->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && is_special(st)) {
+    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + dst->path +
+                                           " is a device, FIFO or socket; left in place");
+  }
   unsigned flags = overwrite ? 0 : RENAME_NOREPLACE;
   if (renameat2(src_dir->get(), src->name.c_str(), dst_dir->get(), dst->name.c_str(), flags) == 0) {
     return {};
@@ -332,6 +335,12 @@ FsResult<void> SandboxFs::remove(std::string_view path, bool recursive) const {
   }
   if (unlinkat(dir->get(), name, AT_REMOVEDIR) != 0) return sys_fail("unlinkat", p->path);
   return {};
+}
+
+FsResult<void> SandboxFs::remove_leftovers() const {
+  auto removed = remove("/" + std::string(kStagingDir), true);
+  if (!removed && removed.error().code == Errc::kNotFound) return {};
+  return removed;
 }
 
 }  // namespace hutch::files

@@ -90,7 +90,7 @@ FsResult<uint64_t> SandboxFs::edit(std::string_view path, std::string_view old_t
   if (fstat(fd.get(), &st) != 0) return sys_fail("fstat", p->path);
   if (S_ISDIR(st.st_mode)) return fail(Errc::kIsDirectory, "edit(" + p->path + "): Is a directory");
   if (!S_ISREG(st.st_mode)) {
-    return fail(Errc::kInvalidPath, "edit(" + p->path + "): not a regular file");
+    return fail(Errc::kNotRegularFile, "edit(" + p->path + "): not a regular file");
   }
   if (static_cast<uint64_t>(st.st_size) > detail::kMaxEditBytes) {
     return fail(Errc::kTooLarge, "edit(" + p->path + "): larger than " +

@@ -3,8 +3,10 @@
 // loop inside the sandbox while requests run).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -281,6 +283,272 @@ TEST_F(FilesTest, SymlinkSwapLoopCannotRedirectRequests) {
   EXPECT_EQ(entries, 1u);
   std::fprintf(stderr, "swap race: %d reads and %d writes succeeded inside, %d reads cut\n", reads,
                writes, aborted);
+}
+
+// ---- large files, quota, ranges ----
+
+char pattern_byte(uint64_t i) { return static_cast<char>((i ^ (i >> 8) ^ (i >> 17)) & 0xff); }
+
+// Peak resident memory of a process so far (kB), from /proc/<pid>/status.
+uint64_t vm_hwm_kib(pid_t pid) {
+  std::string status = read_file_or_empty("/proc/" + std::to_string(pid) + "/status");
+  size_t at = status.find("VmHWM:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6));
+}
+
+// PUTs `size` pattern bytes, streamed (the test never holds the file either).
+httplib::Result put_pattern(httplib::Client& client, const std::string& path, uint64_t size) {
+  return client.Put(
+      path, static_cast<size_t>(size),
+      [](size_t offset, size_t length, httplib::DataSink& sink) {
+        std::string chunk(std::min<size_t>(length, 1 << 20), '\0');
+        for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = pattern_byte(offset + i);
+        return sink.write(chunk.data(), chunk.size());
+      },
+      "application/octet-stream");
+}
+
+TEST_F(FilesTest, HugePutAndGetStreamInConstantDaemonMemory) {
+  constexpr uint64_t kSize = 160ull << 20;  // above the old 64 MiB cap, and above 100 MiB
+  const uint64_t before = vm_hwm_kib(daemon_->pid());
+  auto client = daemon_->client();
+  auto put = put_pattern(*client, files("/data/huge.bin"), kSize);
+  ASSERT_TRUE(put);
+  ASSERT_EQ(put->status, 200) << put->body;
+  EXPECT_EQ(json::parse(put->body)["size"], kSize);
+  uint64_t received = 0, mismatches = 0;
+  auto got = client->Get(files("/data/huge.bin"), [&](const char* data, size_t length) {
+    for (size_t i = 0; i < length; ++i) mismatches += data[i] != pattern_byte(received + i);
+    received += length;
+    return true;
+  });
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(received, kSize);
+  EXPECT_EQ(mismatches, 0u);
+  const uint64_t after = vm_hwm_kib(daemon_->pid());
+  std::fprintf(stderr, "hutchd VmHWM: %lu kB before, %lu kB after 160 MiB in and out\n",
+               static_cast<unsigned long>(before), static_cast<unsigned long>(after));
+  EXPECT_LT(after - before, 32u << 10) << "hutchd's peak memory grew with the file";
+  auto inside = exec(id_, {{"command", "stat -c %s /data/huge.bin"}});
+  EXPECT_EQ(inside["stdout"], std::to_string(kSize) + "\n");
+}
+
+TEST_F(FilesTest, QuotaFullIs507AndLeavesNothingPartial) {
+  std::string small =
+      create({{"limits", {{"disk_bytes", 16 << 20}}}});  // the writable layer is a 16 MiB tmpfs
+  ASSERT_FALSE(small.empty());
+  std::string url = "/v1/sandboxes/" + small + "/files?path=";
+  auto client = daemon_->client();
+  ASSERT_EQ(client->Put(url + "/data/old.bin", "old", "application/octet-stream")->status, 200);
+  auto put = put_pattern(*client, url + "/data/big.bin", 40ull << 20);
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 507) << put->body;
+  json body = json::parse(put->body, nullptr, false);
+  EXPECT_EQ(body["error"]["code"], "insufficient_storage") << put->body;
+  EXPECT_NE(put->body.find("16777216"), std::string::npos) << "names the quota: " << put->body;
+  // Replacing an existing file past the quota keeps the old one.
+  auto over = put_pattern(*client, url + "/data/old.bin", 40ull << 20);
+  ASSERT_TRUE(over);
+  EXPECT_EQ(over->status, 507);
+  auto seen = exec(small, {{"command",
+                            "cat /data/old.bin; echo; ls -A /data /; test ! -e /.hutch-tmp && "
+                            "test ! -e /data/big.bin && echo clean"}});
+  EXPECT_EQ(seen["stdout"].get<std::string>().substr(0, 4), "old\n") << seen;
+  EXPECT_NE(seen["stdout"].get<std::string>().find("clean"), std::string::npos) << seen;
+  EXPECT_EQ(seen["stdout"].get<std::string>().find(".hutch-tmp"), std::string::npos) << seen;
+  // The space came back: a file of most of the quota fits now.
+  auto fits = put_pattern(*client, url + "/data/fits.bin", 12ull << 20);
+  ASSERT_TRUE(fits);
+  EXPECT_EQ(fits->status, 200) << fits->body;
+}
+
+TEST_F(FilesTest, RangeRequestsPageThroughAFile) {
+  constexpr uint64_t kSize = 300000;
+  auto client = daemon_->client();
+  ASSERT_EQ(put_pattern(*client, files("/r/f.bin"), kSize)->status, 200);
+  auto expected = [](uint64_t from, uint64_t to) {  // inclusive
+    std::string out;
+    for (uint64_t i = from; i <= to; ++i) out += pattern_byte(i);
+    return out;
+  };
+  auto range = [&](const std::string& spec) {
+    return client->Get(files("/r/f.bin"), {{"Range", "bytes=" + spec}});
+  };
+  auto first = range("0-99");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 206);
+  EXPECT_EQ(first->get_header_value("Content-Range"), "bytes 0-99/300000");
+  EXPECT_TRUE(first->body == expected(0, 99));
+  auto multi_chunk = range("1000-250000");  // spans several of the daemon's read chunks
+  ASSERT_TRUE(multi_chunk);
+  EXPECT_EQ(multi_chunk->status, 206);
+  EXPECT_EQ(multi_chunk->get_header_value("Content-Range"), "bytes 1000-250000/300000");
+  EXPECT_TRUE(multi_chunk->body == expected(1000, 250000));
+  auto suffix = range("-10");
+  ASSERT_TRUE(suffix);
+  EXPECT_EQ(suffix->status, 206);
+  EXPECT_TRUE(suffix->body == expected(kSize - 10, kSize - 1));
+  auto open_end = range("299990-");
+  ASSERT_TRUE(open_end);
+  EXPECT_EQ(open_end->status, 206);
+  EXPECT_TRUE(open_end->body == expected(299990, kSize - 1));
+  auto past_end = range("299995-400000");  // clamped to the file
+  ASSERT_TRUE(past_end);
+  EXPECT_EQ(past_end->status, 206);
+  EXPECT_EQ(past_end->get_header_value("Content-Range"), "bytes 299995-299999/300000");
+  EXPECT_TRUE(past_end->body == expected(299995, kSize - 1));
+  for (const char* spec : {"300000-", "400000-500000"}) {
+    auto beyond = range(spec);
+    ASSERT_TRUE(beyond);
+    EXPECT_EQ(beyond->status, 416) << spec;
+    EXPECT_EQ(beyond->get_header_value("Content-Range"), "bytes */300000") << spec;
+  }
+  // A sparse 8 GiB file (larger than the sandbox's disk): a window anywhere is served at once.
+  exec(id_, {{"command", "truncate -s 8G /r/sparse && printf end >> /r/sparse"}});
+  auto hole = client->Get(files("/r/sparse"), {{"Range", "bytes=4294967296-4294967305"}});
+  ASSERT_TRUE(hole);
+  EXPECT_EQ(hole->status, 206);
+  EXPECT_EQ(hole->body, std::string(10, '\0'));
+  auto tail = client->Get(files("/r/sparse"), {{"Range", "bytes=-3"}});
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->status, 206);
+  EXPECT_EQ(tail->body, "end");
+  EXPECT_EQ(tail->get_header_value("Content-Range"), "bytes 8589934592-8589934594/8589934595");
+}
+
+// ---- nothing but regular files is ever replaced ----
+
+TEST_F(FilesTest, WritesNeverReplaceDevicesFifosSocketsOrKernelFiles) {
+  auto made =
+      exec(id_, {{"command",
+                  "mkdir -p /w && mkfifo /w/fifo && echo abc > /w/file && "
+                  "python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"/w/sock\")'"}});
+  ASSERT_EQ(made["exit_code"], 0) << made;
+  for (const char* target : {"/dev/null", "/dev/zero", "/w/fifo", "/w/sock"}) {
+    SCOPED_TRACE(target);
+    auto put = daemon_->put(files(target), "x");
+    EXPECT_EQ(put.status, 409) << put.raw;
+    EXPECT_EQ(error_code(put), "not_a_regular_file");
+    auto wrote = op("write", {{"path", target}, {"content", "x"}});
+    EXPECT_EQ(wrote.status, 409) << wrote.raw;
+    EXPECT_EQ(error_code(wrote), "not_a_regular_file");
+    auto edited = op("edit", {{"path", target}, {"old", "a"}, {"new", "b"}});
+    EXPECT_EQ(edited.status, 409) << edited.raw;
+    auto onto = op("move", {{"from", "/w/file"}, {"to", target}, {"overwrite", true}});
+    EXPECT_EQ(onto.status, 409) << onto.raw;
+    EXPECT_EQ(error_code(onto), "not_a_regular_file");
+    auto away = op("move", {{"from", target}, {"to", "/w/moved"}});
+    EXPECT_EQ(away.status, 409) << away.raw;
+    auto uploaded = op("upload", {{"files", {{{"path", target}, {"content_base64", "eA=="}}}}});
+    ASSERT_EQ(uploaded.status, 200) << uploaded.raw;
+    EXPECT_EQ(uploaded.body["files"][0]["error"], "permission_denied") << uploaded.raw;
+  }
+  for (const char* kernel :
+       {"/proc/self/status", "/proc/sys/kernel/hostname", "/sys/kernel/x", "/proc/new-file"}) {
+    SCOPED_TRACE(kernel);
+    EXPECT_EQ(daemon_->put(files(kernel), "x").status, 403);
+    EXPECT_EQ(op("write", {{"path", kernel}, {"content", "x"}}).status, 403);
+  }
+  auto intact =
+      exec(id_, {{"command",
+                  "echo x > /dev/null && test -c /dev/null && test -c /dev/zero && "
+                  "test -p /w/fifo && test -S /w/sock && test ! -e /w/moved && cat /w/file && "
+                  "head -c 4 /dev/zero | od -An -tx1 && hostname"}});
+  EXPECT_EQ(intact["exit_code"], 0) << intact;
+  EXPECT_EQ(intact["stdout"], "abc\n 00 00 00 00\nhutch\n") << intact;
+}
+
+// ---- crash consistency ----
+
+// Parameter: true = named temp files (HUTCH_FILES_NAMED_TEMP, the path of kernels whose
+// overlayfs has no O_TMPFILE, e.g. 6.1), false = O_TMPFILE.
+class UploadCrashTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    HUTCH_REQUIRE_ROOT();
+    if (GetParam()) ::setenv("HUTCH_FILES_NAMED_TEMP", "1", 1);
+  }
+  void TearDown() override {
+    ::unsetenv("HUTCH_FILES_NAMED_TEMP");
+    if (daemon_ && daemon_->pid() > 0) {
+      auto list = daemon_->get("/v1/sandboxes");
+      for (const json& sandbox : list.body["sandboxes"])
+        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
+      daemon_->stop(SIGTERM);
+    }
+    if (HasFailure() && daemon_)
+      std::fprintf(stderr, "--- hutchd log ---\n%s\n", daemon_->log().c_str());
+  }
+  // The daemon's fds on deleted files: where an O_TMPFILE upload lives.
+  int unnamed_files_open() const {
+    int count = 0;
+    for (const std::string& fd : dir_entries("/proc/" + std::to_string(daemon_->pid()) + "/fd")) {
+      char target[4096];
+      std::string link = "/proc/" + std::to_string(daemon_->pid()) + "/fd/" + fd;
+      ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string_view(target, n).ends_with(" (deleted)")) ++count;
+    }
+    return count;
+  }
+  TempDir temp_;
+  std::unique_ptr<Hutchd> daemon_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, UploadCrashTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Named" : "Unnamed"; });
+
+TEST_P(UploadCrashTest, Kill9DuringUploadsLeavesNothingVisibleAfterRestart) {
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  auto created = daemon_->post("/v1/sandboxes", json::object());
+  ASSERT_EQ(created.status, 201) << created.raw;
+  std::string id = created.body["id"];
+  std::string root = "/proc/" + std::to_string(created.body["init_pid"].get<int>()) + "/root";
+  ASSERT_EQ(
+      daemon_->post("/v1/sandboxes/" + id + "/exec", {{"command", "echo v1 > /root/f"}}).status,
+      200);
+  // Two uploads (a new file and a replacement) that send 4 MiB and then hang.
+  std::atomic<bool> release{false};
+  std::vector<std::thread> uploads;
+  for (const char* path : {"/root/new.bin", "/root/f"}) {
+    uploads.emplace_back([&, path] {
+      auto client = daemon_->client(5);
+      client->Put(
+          "/v1/sandboxes/" + id + "/files?path=" + path, size_t{64} << 20,
+          [&](size_t offset, size_t length, httplib::DataSink& sink) {
+            if (offset >= (4u << 20)) {
+              while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              return false;
+            }
+            std::string chunk(std::min<size_t>(length, 1 << 16), 'u');
+            return sink.write(chunk.data(), chunk.size());
+          },
+          "application/octet-stream");
+    });
+  }
+  auto in_flight = [&] {
+    if (GetParam()) return dir_entries(root + "/.hutch-tmp").size() == 2;
+    return unnamed_files_open() == 2;
+  };
+  for (int i = 0; i < 500 && !in_flight(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(in_flight()) << "the uploads never started";
+  daemon_->stop(SIGKILL);
+  release = true;
+  for (std::thread& upload : uploads) upload.join();
+  if (GetParam()) {
+    EXPECT_EQ(dir_entries(root + "/.hutch-tmp").size(), 2u);  // left by the crash
+  }
+
+  daemon_ = std::make_unique<Hutchd>(temp_.path());
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  auto seen = daemon_->post("/v1/sandboxes/" + id + "/exec",
+                            {{"command", "cat /root/f; ls -A / /root | grep hutch; true"}});
+  ASSERT_EQ(seen.status, 200) << seen.raw;
+  EXPECT_EQ(seen.body["stdout"], "v1\n") << seen.raw;
+  EXPECT_FALSE(std::filesystem::exists(root + "/root/new.bin"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/.hutch-tmp"));
 }
 
 }  // namespace

@@ -137,6 +137,23 @@ TEST_F(FsTest, ProcSelfRootSymlinkWithoutProcStaysInside) {
   EXPECT_EQ(code(fs().list("/self")), Errc::kNotFound);
 }
 
+// A sandbox without /sys (hutch mounts none) or with /proc unmounted: the names are refused all
+// the same, and the daemon never creates them.
+TEST_F(FsTest, ProcAndSysAreRefusedByNameWithoutTheirFilesystems) {
+  for (const char* path : {"/sys/kernel/x", "/sys", "/proc/new", "/a/../proc/x", "//sys/x"}) {
+    SCOPED_TRACE(path);
+    EXPECT_EQ(code(fs().write_file(path, "x")), Errc::kPermissionDenied);
+    EXPECT_EQ(code(fs().mkdir(path, true)), Errc::kPermissionDenied);
+    EXPECT_EQ(code(fs().stat(path)), Errc::kPermissionDenied);
+  }
+  EXPECT_EQ(code(fs().move("/procfile", "/proc/x", true)), Errc::kPermissionDenied);
+  EXPECT_FALSE(std::filesystem::exists(host("/sys")));
+  EXPECT_FALSE(std::filesystem::exists(host("/proc")));
+  // Only the top-level names: other paths that merely contain them are files like any other.
+  EXPECT_TRUE(ok(fs().write_file("/procfs/x", "x")));
+  EXPECT_TRUE(ok(fs().write_file("/w/sys/x", "x")));
+}
+
 // /proc and /sys of the host bind-mounted into the sandbox root, in a private mount namespace of
 // this test process so nothing leaks to the host.
 class KernelFsTest : public FsTest {
