@@ -1,5 +1,6 @@
 // `hutch image import`: a base rootfs from a plain rootfs tar (docker/podman export), an OCI image
-// layout (directory or tar) or a `docker save` tar, flattened into <state>/images/<name>/rootfs.
+// layout (directory or tar) or a `docker save` tar, flattened into <state>/images/<name>/rootfs,
+// with what was imported recorded in <state>/images/<name>/image.json (images.h).
 //
 // From an OCI index (or a docker manifest list inside an OCI layout), the manifest for
 // `platform` is imported, not the first one listed: the host's own by default.

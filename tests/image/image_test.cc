@@ -8,11 +8,16 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/common/command.h"
@@ -101,7 +106,7 @@ class ImageTest : public ::testing::Test {
     fs::copy_file("/bin/busybox", dir + "/bin/busybox");
     ASSERT_EQ(chmod((dir + "/bin/busybox").c_str(), 0755), 0);
     ASSERT_EQ(chmod((dir + "/tmp").c_str(), 01777), 0);
-    for (const char* applet : {"sh", "ls", "cat", "echo", "test"})
+    for (const char* applet : {"sh", "ls", "cat", "echo", "test", "sleep"})
       fs::create_symlink("busybox", dir + "/bin/" + applet);
     write_file(dir + "/etc/secret", "lower\n");
   }
@@ -516,6 +521,86 @@ TEST_F(ImageTest, ImportPicksTheHostPlatformFromAnIndex) {
                              "multi", "--platform", "amd64"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("is not os/arch[/variant]"), std::string::npos) << bad.err;
+}
+
+// Whether a process runs `argv` (NUL-joined) with a root other than the host's: a sandbox's.
+bool sandboxed_process_runs(const std::string& argv) {
+  struct stat host;
+  if (stat("/", &host) != 0) return false;
+  for (const std::string& name : dir_entries("/proc")) {
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat root;
+    if (read_file_or_empty("/proc/" + name + "/cmdline") != argv ||
+        stat(("/proc/" + name + "/root").c_str(), &root) != 0)
+      continue;
+    if (root.st_dev != host.st_dev || root.st_ino != host.st_ino) return true;
+  }
+  return false;
+}
+
+TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
+  busybox_tree(path("tree"));
+  python("import tarfile\nwith tarfile.open('" + path("rootfs.tar") + "', 'w') as t: t.add('" +
+         path("tree") + "', arcname='.')\n");
+  const std::string state = path("state");
+  for (const char* name : {"b", "a"}) {
+    ASSERT_EQ(hutch({"--state-dir", state, "image", "import", path("rootfs.tar"), "--name", name})
+                  .exit_code,
+              0);
+  }
+  CommandResult listed = hutch({"--state-dir", state, "image", "ls", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const auto images = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(images.size(), 2u) << listed.out;
+  EXPECT_EQ(images[0]["name"], "a");
+  EXPECT_EQ(images[1]["name"], "b");
+  EXPECT_TRUE(images[0]["digest"].get<std::string>().starts_with("sha256:")) << listed.out;
+  EXPECT_EQ(images[0]["digest"], images[1]["digest"]) << "the same tree digests the same";
+  EXPECT_EQ(images[0]["size"], fs::file_size("/bin/busybox") + 6) << "busybox and etc/secret";
+  EXPECT_LE(std::abs(images[0]["created"].get<int64_t>() - time(nullptr)), 60);
+  EXPECT_EQ(images[0]["source"], path("rootfs.tar"));
+  EXPECT_EQ(images[0]["rootfs"], state + "/images/a/rootfs");
+  CommandResult text = hutch({"--state-dir", state, "image", "ls"});
+  EXPECT_EQ(text.out.rfind("a ", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find(images[1]["digest"].get<std::string>()), std::string::npos);
+
+  // A recipe baked on a, and a sandbox running on a.
+  fs::create_directories(path("recipe"));
+  write_file(path("recipe/setup.sh"), "echo baked > /etc/baked\n");
+  ASSERT_EQ(hutch({"--state-dir", state, "recipe", "build", path("recipe"), "--name", "on-a",
+                   "--base", "image:a"})
+                .exit_code,
+            0);
+  const std::string sleeper = std::string("/bin/sleep") + '\0' + "4.321" + '\0';
+  std::jthread sandbox([&] {
+    hutch({"--state-dir", state, "run", "--rootfs", "image:a", "--", "/bin/sleep", "4.321"});
+  });
+  for (int i = 0; i < 100 && !sandboxed_process_runs(sleeper); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(sandboxed_process_runs(sleeper)) << "the sandbox did not start";
+  CommandResult busy = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_NE(busy.err.find("a is in use by a running sandbox (pid "), std::string::npos) << busy.err;
+  EXPECT_EQ(nlohmann::json::parse(busy.out)["code"], "in_use") << busy.out;
+  EXPECT_TRUE(fs::exists(state + "/images/a/rootfs/bin/busybox"));
+  // b is not in use.
+  CommandResult other = hutch({"--state-dir", state, "image", "rm", "b"});
+  EXPECT_EQ(other.exit_code, 0) << other.err;
+  sandbox.join();
+
+  CommandResult removed = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_NE(removed.err.find("recipe on-a was baked on image a"), std::string::npos) << removed.err;
+  EXPECT_EQ(nlohmann::json::parse(removed.out)["recipes"], nlohmann::json::array({"on-a"}));
+  EXPECT_TRUE(dir_entries(state + "/images").empty())
+      << ::testing::PrintToString(dir_entries(state + "/images"));
+  listed = hutch({"--state-dir", state, "image", "ls", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(listed.out), nlohmann::json::array());
+
+  CommandResult missing = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(missing.out)["code"], "not_found") << missing.out;
+  EXPECT_NE(missing.err.find("no image named a"), std::string::npos) << missing.err;
 }
 
 TEST_F(ImageTest, HostileMemberNamesAreRefused) {
