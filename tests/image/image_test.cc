@@ -587,6 +587,18 @@ TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
   CommandResult other = hutch({"--state-dir", state, "image", "rm", "b"});
   EXPECT_EQ(other.exit_code, 0) << other.err;
   sandbox.join();
+  // A sandbox of the recipe runs on a too (its bottom lower).
+  const std::string recipe_sleeper = std::string("/bin/sleep") + '\0' + "3.321" + '\0';
+  std::jthread recipe_sandbox([&] {
+    hutch({"--state-dir", state, "run", "--rootfs", "recipe:on-a", "--", "/bin/sleep", "3.321"});
+  });
+  for (int i = 0; i < 100 && !sandboxed_process_runs(recipe_sleeper); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(sandboxed_process_runs(recipe_sleeper)) << "the recipe's sandbox did not start";
+  busy = hutch({"--state-dir", state, "image", "rm", "a"});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_NE(busy.err.find("a is in use by a running sandbox"), std::string::npos) << busy.err;
+  recipe_sandbox.join();
 
   CommandResult removed = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
   EXPECT_EQ(removed.exit_code, 0) << removed.err;
