@@ -74,34 +74,6 @@ bool shows_sample(pid_t pid, const std::vector<SampleFile>& samples) {
   return false;
 }
 
-// A pid of a sandbox whose root is built on the tree under `rootfs_fd`; nullopt when none. One
-// process per mount namespace is looked at; processes whose root is the host's are skipped (they
-// see the image at its own path, not at the sandbox's).
-Result<std::optional<pid_t>> sandbox_on(int rootfs_fd) {
-  auto samples = sample_files(rootfs_fd);
-  if (!samples) return std::unexpected(samples.error());
-  if (samples->empty()) return std::nullopt;
-  struct stat host_root;
-  if (stat("/", &host_root) != 0) return sys_error("stat", "/");
-  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), closedir);
-  if (!proc) return sys_error("opendir", "/proc");
-  std::set<std::pair<dev_t, ino_t>> namespaces;
-  while (dirent* entry = readdir(proc.get())) {
-    char* end = nullptr;
-    const long pid = std::strtol(entry->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
-    const std::string dir = "/proc/" + std::string(entry->d_name);
-    struct stat ns, root;
-    // A process gone in between, or a kernel thread, has neither: not a sandbox.
-    if (stat((dir + "/ns/mnt").c_str(), &ns) != 0 || stat((dir + "/root").c_str(), &root) != 0)
-      continue;
-    if (root.st_dev == host_root.st_dev && root.st_ino == host_root.st_ino) continue;
-    if (!namespaces.insert({ns.st_dev, ns.st_ino}).second) continue;
-    if (shows_sample(static_cast<pid_t>(pid), *samples)) return static_cast<pid_t>(pid);
-  }
-  return std::nullopt;
-}
-
 Result<ImageRecord> read_record(int images_fd, const std::string& name, const std::string& images) {
   ImageRecord record;
   record.name = name;
@@ -149,6 +121,33 @@ Result<std::vector<std::string>> recipes_on(const layers::LayerStore& store,
 }
 
 }  // namespace
+
+// One process per mount namespace is looked at; processes whose root is the host's are skipped
+// (they see the image at its own path, not at the sandbox's).
+Result<std::optional<pid_t>> sandbox_on(int rootfs_fd) {
+  auto samples = sample_files(rootfs_fd);
+  if (!samples) return std::unexpected(samples.error());
+  if (samples->empty()) return std::nullopt;
+  struct stat host_root;
+  if (stat("/", &host_root) != 0) return sys_error("stat", "/");
+  std::unique_ptr<DIR, int (*)(DIR*)> proc(opendir("/proc"), closedir);
+  if (!proc) return sys_error("opendir", "/proc");
+  std::set<std::pair<dev_t, ino_t>> namespaces;
+  while (dirent* entry = readdir(proc.get())) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    const std::string dir = "/proc/" + std::string(entry->d_name);
+    struct stat ns, root;
+    // A process gone in between, or a kernel thread, has neither: not a sandbox.
+    if (stat((dir + "/ns/mnt").c_str(), &ns) != 0 || stat((dir + "/root").c_str(), &root) != 0)
+      continue;
+    if (root.st_dev == host_root.st_dev && root.st_ino == host_root.st_ino) continue;
+    if (!namespaces.insert({ns.st_dev, ns.st_ino}).second) continue;
+    if (shows_sample(static_cast<pid_t>(pid), *samples)) return static_cast<pid_t>(pid);
+  }
+  return std::nullopt;
+}
 
 std::string format_image_record(const ImageRecord& record) {
   return nlohmann::json{{"digest", record.digest},

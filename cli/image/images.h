@@ -14,7 +14,10 @@
 // runs on the image (a recipe's sandbox too: the image is its bottom lower).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,10 @@ std::string format_image_record(const ImageRecord& record);
 // Every image, sorted by name. One imported before image.json existed is digested on the spot,
 // with its rootfs's mtime as `created`.
 Result<std::vector<ImageRecord>> list_images(const layers::LayerStore& store);
+
+// A pid of a running sandbox whose root is built on the rootfs tree `rootfs_fd`; nullopt when
+// none.
+Result<std::optional<pid_t>> sandbox_on(int rootfs_fd);
 
 // Removes image `name`. Refuses (the image stays) while a running sandbox uses it, naming a pid;
 // an Error with err ENOENT when there is no such image. Returns the recipes built on the image

@@ -334,6 +334,22 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
                   RENAME_EXCHANGE) != 0) {
       return sys_error("renameat2", images + "/" + name + " (RENAME_EXCHANGE)");
     }
+    // The old tree must not be removed under a running sandbox (overlayfs's lowers must not
+    // change while mounted): then the new import is put back and refused.
+    UniqueFd old_rootfs(openat(layers_fd.get(), (scratch_name + "/rootfs").c_str(), kDirFlags));
+    if (!old_rootfs) return sys_error("openat", store.state_dir() + "/layers/" + scratch_name);
+    auto pid = sandbox_on(old_rootfs.get());
+    if (!pid || *pid) {
+      if (renameat2(layers_fd.get(), scratch_name.c_str(), images_fd.get(), name.c_str(),
+                    RENAME_EXCHANGE) != 0) {
+        return sys_error("renameat2", images + "/" + name + " (RENAME_EXCHANGE back)");
+      }
+      if (!pid) return std::unexpected(pid.error());
+      return std::unexpected(Error{"import",
+                                   name + " is in use by a running sandbox (pid " +
+                                       std::to_string(**pid) + "): not replaced",
+                                   EBUSY});
+    }
   }
   if (chmod((images + "/" + name).c_str(), 0755) != 0)
     return sys_error("chmod", images + "/" + name);

@@ -9,7 +9,7 @@
 // directory). Ownership stays as in the tar: a host-root-owned tree is what `--rootfs DIR`
 // id-maps into the sandbox. The tree is built in a `.incoming-*` scratch dir of the layer store
 // (so `hutch layers gc` removes a crash's leftover) and renamed into place last, replacing an older
-// import of the same name atomically.
+// import of the same name atomically; not while a running sandbox uses the older one (images.h).
 #pragma once
 
 #include <string>

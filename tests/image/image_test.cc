@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -571,33 +572,60 @@ TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
                    "--base", "image:a"})
                 .exit_code,
             0);
-  const std::string sleeper = std::string("/bin/sleep") + '\0' + "4.321" + '\0';
-  std::jthread sandbox([&] {
-    hutch({"--state-dir", state, "run", "--rootfs", "image:a", "--", "/bin/sleep", "4.321"});
-  });
-  for (int i = 0; i < 100 && !sandboxed_process_runs(sleeper); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(sandboxed_process_runs(sleeper)) << "the sandbox did not start";
+  // Sandboxes that run until the test's gate/stop exists (the gate dir is bound at /gate).
+  fs::create_directories(path("gate"));
+  const std::string wait_script = "while ! test -e /gate/stop; do sleep 0.05; done; : ";
+  auto run_gated = [&](const std::string& rootfs, const std::string& marker) {
+    return std::jthread([&, rootfs, marker] {
+      hutch({"--state-dir", state, "run", "--rootfs", rootfs, "--bind", path("gate") + ":/gate",
+             "--", "/bin/sh", "-c", wait_script + marker});
+    });
+  };
+  auto wait_running = [&](const std::string& marker) {
+    const std::string argv =
+        std::string("/bin/sh") + '\0' + "-c" + '\0' + wait_script + marker + '\0';
+    for (int i = 0; i < 250 && !sandboxed_process_runs(argv); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return sandboxed_process_runs(argv);
+  };
+  // Opens the gate on every way out of the test, before the threads are joined.
+  struct OpenGate {
+    std::string stop;
+    ~OpenGate() { write_file(stop, ""); }
+  };
+  std::jthread sandbox = run_gated("image:a", "on-image");
+  std::optional<OpenGate> gate;
+  gate.emplace(path("gate/stop"));
+  ASSERT_TRUE(wait_running("on-image")) << "the sandbox did not start";
   CommandResult busy = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
   EXPECT_NE(busy.exit_code, 0);
   EXPECT_NE(busy.err.find("a is in use by a running sandbox (pid "), std::string::npos) << busy.err;
   EXPECT_EQ(nlohmann::json::parse(busy.out)["code"], "in_use") << busy.out;
   EXPECT_TRUE(fs::exists(state + "/images/a/rootfs/bin/busybox"));
+  // Nor is it replaced by a new import of the same name (the old tree would go).
+  write_file(path("tree/etc/secret"), "second\n");
+  python("import tarfile\nwith tarfile.open('" + path("second.tar") + "', 'w') as t: t.add('" +
+         path("tree") + "', arcname='.')\n");
+  CommandResult replaced =
+      hutch({"--state-dir", state, "image", "import", path("second.tar"), "--name", "a"});
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_NE(replaced.err.find("a is in use by a running sandbox (pid "), std::string::npos)
+      << replaced.err;
+  EXPECT_EQ(read_file_or_empty(state + "/images/a/rootfs/etc/secret"), "lower\n");
   // b is not in use.
   CommandResult other = hutch({"--state-dir", state, "image", "rm", "b"});
   EXPECT_EQ(other.exit_code, 0) << other.err;
+  gate.reset();
   sandbox.join();
+  ASSERT_EQ(unlink(path("gate/stop").c_str()), 0);
   // A sandbox of the recipe runs on a too (its bottom lower).
-  const std::string recipe_sleeper = std::string("/bin/sleep") + '\0' + "3.321" + '\0';
-  std::jthread recipe_sandbox([&] {
-    hutch({"--state-dir", state, "run", "--rootfs", "recipe:on-a", "--", "/bin/sleep", "3.321"});
-  });
-  for (int i = 0; i < 100 && !sandboxed_process_runs(recipe_sleeper); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(sandboxed_process_runs(recipe_sleeper)) << "the recipe's sandbox did not start";
+  std::jthread recipe_sandbox = run_gated("recipe:on-a", "on-recipe");
+  gate.emplace(path("gate/stop"));
+  ASSERT_TRUE(wait_running("on-recipe")) << "the recipe's sandbox did not start";
   busy = hutch({"--state-dir", state, "image", "rm", "a"});
   EXPECT_NE(busy.exit_code, 0);
   EXPECT_NE(busy.err.find("a is in use by a running sandbox"), std::string::npos) << busy.err;
+  gate.reset();
   recipe_sandbox.join();
 
   CommandResult removed = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
