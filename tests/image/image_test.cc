@@ -400,6 +400,81 @@ with tarfile.open(")PY" +
   EXPECT_EQ(seen.out, "regular file\nhello\n/data:\ndir\nfile\n\n/data/dir:\ninner\n");
 }
 
+// A loaded `.wh..wh..opq` member becomes kOverlayOpaqueXattr on its directory, and an export of
+// that layer turns it back into the member, with no overlay xattr in the stream.
+TEST_F(ImageTest, OpaqueMarkersSurviveLoadAndExport) {
+  const std::string s1 = path("s1");
+  fs::create_directories(path("recipe"));
+  write_file(path("recipe/setup.sh"), "mkdir -p /data/dir && echo inner > /data/dir/inner\n");
+  CommandResult built =
+      hutch({"--state-dir", s1, "recipe", "build", path("recipe"), "--name", "r"});
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  ASSERT_EQ(hutch({"--state-dir", s1, "image", "export", "r", "-o", path("r.tar")}).exit_code, 0);
+  // The stream with data/dir made opaque; its manifest names `tree` (the original's when empty).
+  auto opaque_stream = [&](const std::string& tree) {
+    python(R"PY(
+import hashlib, io, tarfile
+tree = ")PY" +
+           tree + R"PY("
+members = []
+with tarfile.open(")PY" +
+           path("r.tar") + R"PY(") as src:
+    for m in src.getmembers(): members.append((m, src.extractfile(m).read()))
+old = [l[6:] for l in members[0][1].decode().splitlines() if l.startswith("layer=")][0]
+manifest = members[1][1].decode()
+tree = tree or [l[12:] for l in manifest.splitlines() if l.startswith("tree_digest=")][0]
+new = hashlib.sha256(("hutch-layer-v1\ntree=" + tree + "\n").encode()).hexdigest()
+lines = [("digest=sha256:" + new if l.startswith("digest=") else
+          "tree_digest=" + tree if l.startswith("tree_digest=") else l)
+         for l in manifest.splitlines()]
+layer = io.BytesIO()
+with tarfile.open(fileobj=io.BytesIO(members[2][1])) as inner, \
+        tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as out:
+    for m in inner.getmembers():
+        out.addfile(m, inner.extractfile(m) if m.isfile() else None)
+    out.addfile(tarfile.TarInfo("./data/dir/.wh..wh..opq"))
+with tarfile.open(")PY" +
+           path("opaque.tar") + R"PY(", "w", format=tarfile.PAX_FORMAT) as out:
+    for (m, data), replaced in zip(members, [members[0][1].decode().replace(old, new).encode(),
+                                             ("\n".join(lines) + "\n").encode(), layer.getvalue()]):
+        m.name = m.name.replace(old, new); m.size = len(replaced)
+        out.addfile(m, io.BytesIO(replaced))
+)PY");
+  };
+  // A first load names the digest of the tree with the marker; the second stream carries it.
+  opaque_stream("");
+  const std::string s2 = path("s2");
+  CommandResult first = hutch({"--state-dir", s2, "image", "load", path("opaque.tar")});
+  ASSERT_NE(first.exit_code, 0);
+  const size_t at = first.err.find("digests to sha256:");
+  ASSERT_NE(at, std::string::npos) << first.err;
+  opaque_stream(first.err.substr(at + 11, 71));
+  CommandResult loaded = hutch({"--state-dir", s2, "image", "load", path("opaque.tar")});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  const std::string digest = loaded.out.substr(0, loaded.out.size() - 1);
+  const std::string tree = s2 + "/layers/" + digest.substr(7) + "/tree";
+  EXPECT_EQ(
+      python("import os\nprint(os.getxattr('" + tree + "/data/dir', 'trusted.overlay.opaque'))"),
+      "b'y'\n");
+  EXPECT_EQ(overlay_leftovers(tree), tree + "/data/dir trusted.overlay.opaque\n");
+
+  ASSERT_EQ(hutch({"--state-dir", s2, "image", "export", "r", "-o", path("again.tar")}).exit_code,
+            0);
+  EXPECT_EQ(python(R"PY(
+import io, tarfile
+with tarfile.open(")PY" +
+                   path("again.tar") + R"PY(") as t:
+    for m in t.getmembers():
+        if not m.name.endswith(".tar"): continue
+        with tarfile.open(fileobj=io.BytesIO(t.extractfile(m).read())) as layer:
+            for member in layer.getmembers():
+                if member.name.endswith(".wh..wh..opq"): print(member.name)
+                for key in member.pax_headers:
+                    if "overlay" in key: print(member.name, key)
+)PY"),
+            "./data/dir/.wh..wh..opq\n");
+}
+
 TEST_F(ImageTest, ImportDropsOverlayMetadataAndDevicesFromTheArchive) {
   busybox_tree(path("tree"));
   fs::create_directories(path("tree/data/dir"));
