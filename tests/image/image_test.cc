@@ -636,6 +636,12 @@ TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
   EXPECT_LE(std::abs(images[0]["created"].get<int64_t>() - time(nullptr)), 60);
   EXPECT_EQ(images[0]["source"], path("rootfs.tar"));
   EXPECT_EQ(images[0]["rootfs"], state + "/images/a/rootfs");
+  // An image imported before image.json existed is digested on the spot.
+  ASSERT_TRUE(fs::remove(state + "/images/b/image.json"));
+  CommandResult unrecorded = hutch({"--state-dir", state, "image", "ls", "--json"});
+  ASSERT_EQ(unrecorded.exit_code, 0) << unrecorded.err;
+  EXPECT_EQ(nlohmann::json::parse(unrecorded.out)[1]["digest"], images[0]["digest"]);
+  EXPECT_EQ(nlohmann::json::parse(unrecorded.out)[1]["size"], images[0]["size"]);
   CommandResult text = hutch({"--state-dir", state, "image", "ls"});
   EXPECT_EQ(text.out.rfind("a ", 0), 0u) << text.out;
   EXPECT_NE(text.out.find(images[1]["digest"].get<std::string>()), std::string::npos);
