@@ -15,6 +15,7 @@
 #include "runtime/layers/names.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
+#include "runtime/process/proc_stat.h"
 #include "runtime/unique_fd.h"
 
 namespace hutch::image {
@@ -22,6 +23,7 @@ namespace {
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 constexpr const char* kRecordFile = "image.json";
+constexpr std::string_view kRemovingPrefix = ".removing-";
 // Files of an image compared with what a sandbox sees: enough that a sandbox replacing some of
 // them in its upper is still recognised, few enough for a quick scan of every process.
 constexpr size_t kSampleFiles = 16;
@@ -120,6 +122,32 @@ Result<std::vector<std::string>> recipes_on(const layers::LayerStore& store,
   return names;
 }
 
+// Finishes the removals of `.removing-<name>-<pid>` dirs whose remover died (no such pid, or a
+// zombie), unless a sandbox still runs on one: it was renamed away before the check that would
+// have put it back.
+Result<void> finish_abandoned_removals(int images_fd) {
+  auto names = layers::read_dir_names(images_fd);
+  if (!names) return std::unexpected(names.error());
+  for (const std::string& name : *names) {
+    if (!name.starts_with(kRemovingPrefix)) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + name.rfind('-') + 1, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    auto owner = read_proc_state(static_cast<pid_t>(pid));
+    if (!owner && owner.error().err != ENOENT && owner.error().err != ESRCH)
+      return std::unexpected(owner.error());
+    if (owner && owner->state != 'Z' && owner->state != 'X') continue;
+    UniqueFd rootfs(openat(images_fd, (name + "/rootfs").c_str(), kDirFlags));
+    if (rootfs) {
+      auto user = sandbox_on(rootfs.get());
+      if (!user) return std::unexpected(user.error());
+      if (*user) continue;
+    }
+    if (auto removed = layers::remove_tree(images_fd, name); !removed) return removed;
+  }
+  return {};
+}
+
 }  // namespace
 
 // One process per mount namespace is looked at; processes whose root is the host's are skipped
@@ -192,7 +220,9 @@ Result<std::vector<std::string>> remove_image(layers::LayerStore& store, const s
   }
   // Out of its name first: a sandbox starting from now on cannot open it, so the check below
   // cannot be overtaken.
-  const std::string removing = ".removing-" + name + "-" + std::to_string(getpid());
+  if (auto finished = finish_abandoned_removals(images_fd.get()); !finished)
+    return std::unexpected(finished.error());
+  const std::string removing = std::string(kRemovingPrefix) + name + "-" + std::to_string(getpid());
   if (renameat(images_fd.get(), name.c_str(), images_fd.get(), removing.c_str()) != 0)
     return sys_error("renameat", images + "/" + name + " to " + removing);
   auto restore = [&](Error error) -> std::unexpected<Error> {

@@ -4,7 +4,8 @@
 //   <state_dir>/images/<name>/image.json  what import recorded: {"digest", "size", "created",
 //                                          "platform", "source"}
 //   <state_dir>/images/.removing-<name>-<pid>  an image being removed (renamed out of its name
-//                                          first, so no new sandbox can start from it)
+//                                          first, so no new sandbox can start from it); the next
+//                                          `image rm` finishes one whose remover died
 //
 // An image is in use while a running sandbox's root filesystem is built on it. The sandbox's
 // overlay holds its lower through a detached mount that no mount table lists, so use is seen

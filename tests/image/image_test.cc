@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -693,9 +694,21 @@ TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
   EXPECT_NE(replaced.err.find("a is in use by a running sandbox (pid "), std::string::npos)
       << replaced.err;
   EXPECT_EQ(read_file_or_empty(state + "/images/a/rootfs/etc/secret"), "lower\n");
-  // b is not in use.
+  // b is not in use. Its removal also finishes one that a dead remover left, not a live one's.
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string abandoned = state + "/images/.removing-old-" + std::to_string(dead);
+  const std::string ongoing = state + "/images/.removing-x-" + std::to_string(getpid());
+  fs::create_directories(abandoned + "/rootfs/etc");
+  write_file(abandoned + "/rootfs/etc/f", "f\n");
+  fs::create_directories(ongoing + "/rootfs");
   CommandResult other = hutch({"--state-dir", state, "image", "rm", "b"});
   EXPECT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_TRUE(fs::exists(ongoing));
+  fs::remove_all(ongoing);
   gate.reset();
   sandbox.join();
   ASSERT_EQ(unlink(path("gate/stop").c_str()), 0);
