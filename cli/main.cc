@@ -470,9 +470,9 @@ int main(int argc, char** argv) {
       "resume, logs. They find it at --socket PATH ($HUTCH_SOCKET, default\n"
       "/run/hutch/hutchd.sock) or --url http://HOST:PORT with --token-file; they exit 125 when\n"
       "hutchd answers an error or cannot be reached (exec: the command's own status).\n"
-      "hutch image export|load|import (see hutch image --help): move layers between machines as\n"
-      "tar streams, import rootfs/OCI/docker images as --rootfs image:NAME (served by "
-      "hutch-image).");
+      "hutch image export|load|import|ls|rm (see hutch image --help): move layers between\n"
+      "machines as tar streams, import rootfs/OCI/docker images as --rootfs image:NAME, list and\n"
+      "remove them (served by hutch-image).");
   app.require_subcommand(1);
   std::string state_dir = "/var/lib/hutch";
   if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')

@@ -1,5 +1,5 @@
-// hutch-image: `hutch image export|load|import`, working on the state dir directly (no hutchd).
-// A separate, dynamically linked executable because it links libarchive, whose compression
+// hutch-image: `hutch image export|load|import|ls|rm`, working on the state dir directly (no
+// hutchd). A separate, dynamically linked executable because it links libarchive, whose compression
 // libraries Debian does not all ship as static archives; `hutch` execs it for `hutch image`.
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,8 +7,11 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
+#include "cli/image/images.h"
 #include "cli/image/layer_archive.h"
 #include "cli/image/rootfs_import.h"
 #include "runtime/layers/layer_store.h"
@@ -20,6 +23,67 @@ int fail(const hutch::Error& error) {
   std::fflush(stdout);
   std::fprintf(stderr, "hutch image: %s\n", error.message().c_str());
   return 1;
+}
+
+// A stable code for an `image rm --json` failure.
+const char* error_code(const hutch::Error& error) {
+  if (error.err == ENOENT) return "not_found";
+  if (error.err == EBUSY) return "in_use";
+  return "failed";
+}
+
+int list_images(const hutch::layers::LayerStore& store, bool json) {
+  auto images = hutch::image::list_images(store);
+  if (!images) return fail(images.error());
+  nlohmann::json out = nlohmann::json::array();
+  for (const hutch::image::ImageRecord& image : *images) {
+    if (json) {
+      out.push_back({{"name", image.name},
+                     {"digest", image.digest},
+                     {"size", image.size},
+                     {"created", image.created},
+                     {"platform", image.platform},
+                     {"source", image.source},
+                     {"rootfs", store.state_dir() + "/images/" + image.name + "/rootfs"}});
+      continue;
+    }
+    char created[32] = "";
+    const time_t when = static_cast<time_t>(image.created);
+    std::tm utc;
+    if (gmtime_r(&when, &utc) != nullptr)
+      std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    std::printf("%-24s %s %12llu bytes  %s  %s\n", image.name.c_str(), image.digest.c_str(),
+                static_cast<unsigned long long>(image.size), created,
+                image.platform.empty() ? "-" : image.platform.c_str());
+  }
+  if (json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int remove_image(hutch::layers::LayerStore& store, const std::string& name, bool json) {
+  auto recipes = hutch::image::remove_image(store, name);
+  if (!recipes) {
+    if (json) {
+      std::printf("%s\n", nlohmann::json{{"name", name},
+                                         {"error", recipes.error().message()},
+                                         {"code", error_code(recipes.error())}}
+                              .dump()
+                              .c_str());
+    }
+    return fail(recipes.error());
+  }
+  for (const std::string& recipe : *recipes) {
+    std::fprintf(stderr,
+                 "hutch image: recipe %s was baked on image %s: it cannot run until an image of "
+                 "that name is imported again\n",
+                 recipe.c_str(), name.c_str());
+  }
+  if (json) {
+    std::printf(
+        "%s\n",
+        nlohmann::json{{"name", name}, {"removed", true}, {"recipes", *recipes}}.dump().c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -34,7 +98,8 @@ int main(int argc, char** argv) {
     state_dir = env;
   app.add_option("--state-dir", state_dir,
                  "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
-  CLI::App* image = app.add_subcommand("image", "Layer export/load and rootfs import");
+  CLI::App* image =
+      app.add_subcommand("image", "Layer export/load, rootfs import, imported images ls/rm");
   image->require_subcommand(1);
 
   std::string export_ref, export_out = "-";
@@ -62,6 +127,18 @@ int main(int argc, char** argv) {
                          "os/arch[/variant] to take from a multi-platform index (default: this "
                          "host's, e.g. linux/amd64)");
 
+  bool ls_json = false;
+  CLI::App* ls_cmd =
+      image->add_subcommand("ls", "List imported images (name, digest, size, created)");
+  ls_cmd->add_flag("--json", ls_json, "JSON output");
+
+  std::string rm_name;
+  bool rm_json = false;
+  CLI::App* rm_cmd = image->add_subcommand(
+      "rm", "Remove an imported image (refused while a running sandbox uses it)");
+  rm_cmd->add_option("name", rm_name, "Image name")->required();
+  rm_cmd->add_flag("--json", rm_json, "JSON output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,6 +148,8 @@ int main(int argc, char** argv) {
   auto store = layers::LayerStore::open(state_dir);
   if (!store) return fail(store.error());
 
+  if (ls_cmd->parsed()) return list_images(*store, ls_json);
+  if (rm_cmd->parsed()) return remove_image(*store, rm_name, rm_json);
   if (export_cmd->parsed()) {
     UniqueFd file;
     int fd = STDOUT_FILENO;

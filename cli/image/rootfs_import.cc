@@ -9,17 +9,21 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
+#include "cli/image/images.h"
 #include "cli/image/scratch.h"
 #include "cli/image/tar_tree.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_copy.h"
+#include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
 #include "runtime/unique_fd.h"
 
@@ -111,19 +115,25 @@ Platform entry_platform(const nlohmann::json& entry) {
   return platform;
 }
 
-// The digest of the manifest for `wanted` among an index's `manifests`. An index of one entry
-// that names no platform (an OCI layout's top index.json pointing at the image's own index or
-// manifest) is that entry.
-Result<std::string> pick_manifest(const nlohmann::json& manifests, const Platform& wanted,
-                                  const std::string& dir) {
+struct IndexEntry {
+  std::string digest;
+  std::string platform;  // as the index names it; empty for an entry without one
+};
+
+// The entry for `wanted` among an index's `manifests`. An index of one entry that names no
+// platform (an OCI layout's top index.json pointing at the image's own index or manifest) is that
+// entry.
+Result<IndexEntry> pick_manifest(const nlohmann::json& manifests, const Platform& wanted,
+                                 const std::string& dir) {
   if (!manifests.is_array() || manifests.empty())
     return plain_error("import", dir + ": empty index");
   if (manifests.size() == 1 && !manifests[0].contains("platform"))
-    return manifests[0]["digest"].get<std::string>();
+    return IndexEntry{manifests[0]["digest"].get<std::string>(), ""};
   std::string listed;
   for (const auto& entry : manifests) {
     const Platform platform = entry_platform(entry);
-    if (platform_matches(wanted, platform)) return entry["digest"].get<std::string>();
+    if (platform_matches(wanted, platform))
+      return IndexEntry{entry["digest"].get<std::string>(), platform.to_string()};
     if (!platform.architecture.empty())
       listed += (listed.empty() ? "" : ", ") + platform.to_string();
   }
@@ -132,10 +142,16 @@ Result<std::string> pick_manifest(const nlohmann::json& manifests, const Platfor
                                    "; choose one with --platform os/arch[/variant])");
 }
 
-// The layer tars of an image directory, bottom first: OCI (index.json, through nested indexes to
-// the manifest for `platform`) or docker save (manifest.json's Layers).
-Result<std::vector<std::string>> image_layers(const std::string& dir, const Platform& platform) {
-  std::vector<std::string> layer_paths;
+struct ImageLayers {
+  std::vector<std::string> paths;  // layer tars, bottom first
+  std::string platform;            // the platform an index named for the manifest taken
+};
+
+// The layers of an image directory: OCI (index.json, through nested indexes to the manifest for
+// `platform`) or docker save (manifest.json's Layers).
+Result<ImageLayers> image_layers(const std::string& dir, const Platform& platform) {
+  ImageLayers image;
+  std::vector<std::string>& layer_paths = image.paths;
   try {
     if (::access((dir + "/index.json").c_str(), F_OK) == 0) {
       auto index = read_json(dir + "/index.json");
@@ -143,9 +159,10 @@ Result<std::vector<std::string>> image_layers(const std::string& dir, const Plat
       nlohmann::json current = *index;
       for (int depth = 0; depth < 4; ++depth) {
         if (!current.contains("manifests")) break;
-        auto digest = pick_manifest(current["manifests"], platform, dir);
-        if (!digest) return std::unexpected(digest.error());
-        auto path = blob_path(dir, *digest);
+        auto entry = pick_manifest(current["manifests"], platform, dir);
+        if (!entry) return std::unexpected(entry.error());
+        if (!entry->platform.empty()) image.platform = entry->platform;
+        auto path = blob_path(dir, entry->digest);
         if (!path) return std::unexpected(path.error());
         auto next = read_json(*path);
         if (!next) return std::unexpected(next.error());
@@ -157,7 +174,7 @@ Result<std::vector<std::string>> image_layers(const std::string& dir, const Plat
         if (!path) return std::unexpected(path.error());
         layer_paths.push_back(*path);
       }
-      return layer_paths;
+      return image;
     }
     auto manifest = read_json(dir + "/manifest.json");
     if (!manifest) return std::unexpected(manifest.error());
@@ -169,19 +186,21 @@ Result<std::vector<std::string>> image_layers(const std::string& dir, const Plat
         return plain_error("import", "layer path " + relative + " refused");
       layer_paths.push_back(dir + "/" + relative);
     }
-    return layer_paths;
+    return image;
   } catch (const nlohmann::json::exception& e) {
     return plain_error("import", dir + ": " + e.what());
   }
 }
 
-Result<void> apply_layers(const std::string& dir, int root_fd, const Platform& platform) {
-  auto paths = image_layers(dir, platform);
-  if (!paths) return std::unexpected(paths.error());
-  for (const std::string& path : *paths) {
-    if (auto done = extract_file(path, root_fd, Whiteouts::kApply); !done) return done;
+// Applies the image's layers under `root_fd`; returns the platform an index named for it.
+Result<std::string> apply_layers(const std::string& dir, int root_fd, const Platform& platform) {
+  auto image = image_layers(dir, platform);
+  if (!image) return std::unexpected(image.error());
+  for (const std::string& path : image->paths) {
+    if (auto done = extract_file(path, root_fd, Whiteouts::kApply); !done)
+      return std::unexpected(done.error());
   }
-  return {};
+  return image->platform;
 }
 
 }  // namespace
@@ -241,6 +260,9 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
   UniqueFd scratch_fd(::open(scratch->path().c_str(), kDirFlags));
   if (!scratch_fd) return sys_error("open", scratch->path());
   const std::string rootfs = scratch->path() + "/rootfs";
+  ImageRecord record;
+  record.source = std::filesystem::absolute(source).lexically_normal().string();
+  record.created = time(nullptr);
   const bool image_dir =
       S_ISDIR(st.st_mode) && (::access((source + "/index.json").c_str(), F_OK) == 0 ||
                               ::access((source + "/manifest.json").c_str(), F_OK) == 0);
@@ -257,8 +279,9 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     UniqueFd root_fd(::open(rootfs.c_str(), kDirFlags));
     if (!root_fd) return sys_error("open", rootfs);
     if (image_dir) {
-      if (auto done = apply_layers(source, root_fd.get(), platform); !done)
-        return std::unexpected(done.error());
+      auto applied = apply_layers(source, root_fd.get(), platform);
+      if (!applied) return std::unexpected(applied.error());
+      record.platform = *applied;
     } else {
       auto image = is_image_archive(source);
       if (!image) return std::unexpected(image.error());
@@ -272,12 +295,26 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
         if (!unpacked_fd) return sys_error("open", unpacked);
         if (auto done = extract_file(source, unpacked_fd.get(), Whiteouts::kAsFiles); !done)
           return std::unexpected(done.error());
-        if (auto done = apply_layers(unpacked, root_fd.get(), platform); !done)
-          return std::unexpected(done.error());
+        auto applied = apply_layers(unpacked, root_fd.get(), platform);
+        if (!applied) return std::unexpected(applied.error());
+        record.platform = *applied;
         if (auto removed = layers::remove_tree(scratch_fd.get(), "archive"); !removed)
           return std::unexpected(removed.error());
       }
     }
+  }
+  {
+    UniqueFd root_fd(::open(rootfs.c_str(), kDirFlags));
+    if (!root_fd) return sys_error("open", rootfs);
+    auto digest = layers::digest_tree_with_size(root_fd.get());
+    if (!digest) return std::unexpected(digest.error());
+    record.digest = digest->digest;
+    record.size = digest->bytes;
+  }
+  if (auto wrote =
+          layers::write_new_file(scratch_fd.get(), "image.json", format_image_record(record));
+      !wrote) {
+    return std::unexpected(wrote.error());
   }
   if (syncfs(scratch_fd.get()) != 0) return sys_error("syncfs", scratch->path());
 
@@ -296,6 +333,22 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     if (renameat2(layers_fd.get(), scratch_name.c_str(), images_fd.get(), name.c_str(),
                   RENAME_EXCHANGE) != 0) {
       return sys_error("renameat2", images + "/" + name + " (RENAME_EXCHANGE)");
+    }
+    // The old tree must not be removed under a running sandbox (overlayfs's lowers must not
+    // change while mounted): then the new import is put back and refused.
+    UniqueFd old_rootfs(openat(layers_fd.get(), (scratch_name + "/rootfs").c_str(), kDirFlags));
+    if (!old_rootfs) return sys_error("openat", store.state_dir() + "/layers/" + scratch_name);
+    auto pid = sandbox_on(old_rootfs.get());
+    if (!pid || *pid) {
+      if (renameat2(layers_fd.get(), scratch_name.c_str(), images_fd.get(), name.c_str(),
+                    RENAME_EXCHANGE) != 0) {
+        return sys_error("renameat2", images + "/" + name + " (RENAME_EXCHANGE back)");
+      }
+      if (!pid) return std::unexpected(pid.error());
+      return std::unexpected(Error{"import",
+                                   name + " is in use by a running sandbox (pid " +
+                                       std::to_string(**pid) + "): not replaced",
+                                   EBUSY});
     }
   }
   if (chmod((images + "/" + name).c_str(), 0755) != 0)

@@ -1,5 +1,6 @@
 // `hutch image import`: a base rootfs from a plain rootfs tar (docker/podman export), an OCI image
-// layout (directory or tar) or a `docker save` tar, flattened into <state>/images/<name>/rootfs.
+// layout (directory or tar) or a `docker save` tar, flattened into <state>/images/<name>/rootfs,
+// with what was imported recorded in <state>/images/<name>/image.json (images.h).
 //
 // From an OCI index (or a docker manifest list inside an OCI layout), the manifest for
 // `platform` is imported, not the first one listed: the host's own by default.
@@ -8,7 +9,7 @@
 // directory). Ownership stays as in the tar: a host-root-owned tree is what `--rootfs DIR`
 // id-maps into the sandbox. The tree is built in a `.incoming-*` scratch dir of the layer store
 // (so `hutch layers gc` removes a crash's leftover) and renamed into place last, replacing an older
-// import of the same name atomically.
+// import of the same name atomically; not while a running sandbox uses the older one (images.h).
 #pragma once
 
 #include <string>

@@ -121,6 +121,7 @@ struct TreeWriter {
       if (!sub) return sys_error("open", path);
       return directory(sub.get(), path + "/", st, std::move(*xattrs));
     }
+    drop_export_xattrs(*xattrs);
     if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0)) {
       struct stat whiteout = st;
       whiteout.st_mode = S_IFREG | (st.st_mode & 07777);
@@ -131,7 +132,6 @@ struct TreeWriter {
     if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISSOCK(st.st_mode)) {
       return plain_error("export", path + ": device nodes and sockets are not exported");
     }
-    drop_export_xattrs(*xattrs);
     Entry entry = new_entry(path, st, *xattrs);
     if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');

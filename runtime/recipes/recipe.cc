@@ -8,7 +8,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/text_file.h"
@@ -16,6 +15,7 @@
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
+#include "runtime/layers/tree_io.h"
 #include "runtime/process/proc_stat.h"
 #include "runtime/sandbox.h"
 
@@ -34,11 +34,6 @@ constexpr const char* kRecipeMount = "/tmp/recipe";
 class ScratchDir {
  public:
   explicit ScratchDir(std::string path) : path_(std::move(path)) {}
-  // A fresh mkdtemp(3) dir (mode 0700) from `pattern`, such as "/tmp/x-XXXXXX".
-  static Result<std::unique_ptr<ScratchDir>> make_temp(std::string pattern) {
-    if (mkdtemp(pattern.data()) == nullptr) return sys_error("mkdtemp", pattern);
-    return std::make_unique<ScratchDir>(std::move(pattern));
-  }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;
   ~ScratchDir() {
@@ -51,11 +46,50 @@ class ScratchDir {
   std::string path_;
 };
 
-// The recipe dir as the bake reads it: a copy in a fresh /tmp/hutch-recipe-XXXXXX, owned by the
-// sandbox's root. The bind is made from inside the sandbox's user namespace, by path, as an
-// unprivileged host id that cannot traverse a 0700 directory (root's home, `mktemp -d`); host root
-// reads the caller's dir here instead. The copy's outer dir is 0700 and owned by that id, so no
-// other host user can read what the recipe holds.
+// Copies of recipe dirs, one per bake (below). 0711 and host root's: a bake's id may traverse it
+// to its own copy, nobody may list it. One that another user made, or may write, is refused: they
+// could reach or swap the copies.
+constexpr const char* kRecipeCopies = "/tmp/hutch-recipes";
+
+Result<UniqueFd> open_recipe_copies() {
+  if (mkdir(kRecipeCopies, 0711) != 0 && errno != EEXIST) return sys_error("mkdir", kRecipeCopies);
+  UniqueFd dir(open(kRecipeCopies, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return sys_error("open", kRecipeCopies);
+  struct stat st;
+  if (fstat(dir.get(), &st) != 0) return sys_error("fstat", kRecipeCopies);
+  if (st.st_uid != 0 || (st.st_mode & 022) != 0) {
+    return plain_error("recipe copy", std::string(kRecipeCopies) + " is owned by uid " +
+                                          std::to_string(st.st_uid) +
+                                          " or writable by others: "
+                                          "refused");
+  }
+  return dir;
+}
+
+// Removes the copies of bakes that died (kill -9): their names carry the owner's pid and start
+// time, as the store's scratch dirs do.
+Result<void> remove_abandoned_copies(int copies_fd) {
+  auto names = layers::read_dir_names(copies_fd);
+  if (!names) return std::unexpected(names.error());
+  for (const std::string& name : *names) {
+    auto owner = layers::parse_scratch_name(name);
+    if (!owner) continue;
+    auto state = read_proc_state(owner->pid);
+    if (!state && state.error().err != ENOENT && state.error().err != ESRCH)
+      return std::unexpected(state.error());
+    const bool dead = !state || state->start_time != owner->start_time || state->state == 'Z' ||
+                      state->state == 'X';
+    if (!dead) continue;
+    if (auto removed = layers::remove_tree(copies_fd, name); !removed) return removed;
+  }
+  return {};
+}
+
+// The recipe dir as the bake reads it: a copy under kRecipeCopies, owned by the sandbox's root.
+// The bind is made from inside the sandbox's user namespace, by path, as an unprivileged host id
+// that cannot traverse a 0700 directory (root's home, `mktemp -d`); host root reads the caller's
+// dir here instead. The copy's outer dir is 0700 and owned by that id, so no other host user can
+// read what the recipe holds.
 Result<void> copy_recipe_dir(const std::string& source, const ScratchDir& scratch, uid_t owner) {
   UniqueFd src(open(source.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!src) return sys_error("open", "recipe dir " + source);
@@ -186,10 +220,14 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
   if (mkdir(scratch.path().c_str(), 0700) != 0) return sys_error("mkdir", scratch.path());
 
   SandboxSpec spec = request.sandbox;
-  auto recipe_copy = ScratchDir::make_temp("/tmp/hutch-recipe-XXXXXX");
-  if (!recipe_copy) return std::unexpected(recipe_copy.error());
-  if (auto copied = copy_recipe_dir(request.recipe_dir, **recipe_copy, spec.ids.host_base);
-      !copied) {
+  auto copies = open_recipe_copies();
+  if (!copies) return std::unexpected(copies.error());
+  if (auto swept = remove_abandoned_copies(copies->get()); !swept)
+    return std::unexpected(swept.error());
+  ScratchDir recipe_copy(std::string(kRecipeCopies) + "/" +
+                         layers::scratch_name({getpid(), self->start_time}, suffix));
+  if (mkdir(recipe_copy.path().c_str(), 0700) != 0) return sys_error("mkdir", recipe_copy.path());
+  if (auto copied = copy_recipe_dir(request.recipe_dir, recipe_copy, spec.ids.host_base); !copied) {
     return std::unexpected(copied.error());
   }
   spec.layers = base->layers;
@@ -197,7 +235,7 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
   spec.upper_dir = scratch.path();
   // setup.sh installs software: chown and friends within the sandbox's ids (dpkg needs them).
   spec.capabilities |= kFileOwnershipCapabilities;
-  spec.binds = {BindMount{(*recipe_copy)->path() + "/recipe", kRecipeMount, true}};
+  spec.binds = {BindMount{recipe_copy.path() + "/recipe", kRecipeMount, true}};
   spec.workdir = kRecipeMount;
   spec.argv = {"/bin/sh", "-c",
                "if command -v bash >/dev/null 2>&1; then exec bash -e setup.sh; fi; "

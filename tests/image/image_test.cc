@@ -6,13 +6,20 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/common/command.h"
@@ -101,7 +108,7 @@ class ImageTest : public ::testing::Test {
     fs::copy_file("/bin/busybox", dir + "/bin/busybox");
     ASSERT_EQ(chmod((dir + "/bin/busybox").c_str(), 0755), 0);
     ASSERT_EQ(chmod((dir + "/tmp").c_str(), 01777), 0);
-    for (const char* applet : {"sh", "ls", "cat", "echo", "test"})
+    for (const char* applet : {"sh", "ls", "cat", "echo", "test", "sleep"})
       fs::create_symlink("busybox", dir + "/bin/" + applet);
     write_file(dir + "/etc/secret", "lower\n");
   }
@@ -394,6 +401,81 @@ with tarfile.open(")PY" +
   EXPECT_EQ(seen.out, "regular file\nhello\n/data:\ndir\nfile\n\n/data/dir:\ninner\n");
 }
 
+// A loaded `.wh..wh..opq` member becomes kOverlayOpaqueXattr on its directory, and an export of
+// that layer turns it back into the member, with no overlay xattr in the stream.
+TEST_F(ImageTest, OpaqueMarkersSurviveLoadAndExport) {
+  const std::string s1 = path("s1");
+  fs::create_directories(path("recipe"));
+  write_file(path("recipe/setup.sh"), "mkdir -p /data/dir && echo inner > /data/dir/inner\n");
+  CommandResult built =
+      hutch({"--state-dir", s1, "recipe", "build", path("recipe"), "--name", "r"});
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  ASSERT_EQ(hutch({"--state-dir", s1, "image", "export", "r", "-o", path("r.tar")}).exit_code, 0);
+  // The stream with data/dir made opaque; its manifest names `tree` (the original's when empty).
+  auto opaque_stream = [&](const std::string& tree) {
+    python(R"PY(
+import hashlib, io, tarfile
+tree = ")PY" +
+           tree + R"PY("
+members = []
+with tarfile.open(")PY" +
+           path("r.tar") + R"PY(") as src:
+    for m in src.getmembers(): members.append((m, src.extractfile(m).read()))
+old = [l[6:] for l in members[0][1].decode().splitlines() if l.startswith("layer=")][0]
+manifest = members[1][1].decode()
+tree = tree or [l[12:] for l in manifest.splitlines() if l.startswith("tree_digest=")][0]
+new = hashlib.sha256(("hutch-layer-v1\ntree=" + tree + "\n").encode()).hexdigest()
+lines = [("digest=sha256:" + new if l.startswith("digest=") else
+          "tree_digest=" + tree if l.startswith("tree_digest=") else l)
+         for l in manifest.splitlines()]
+layer = io.BytesIO()
+with tarfile.open(fileobj=io.BytesIO(members[2][1])) as inner, \
+        tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as out:
+    for m in inner.getmembers():
+        out.addfile(m, inner.extractfile(m) if m.isfile() else None)
+    out.addfile(tarfile.TarInfo("./data/dir/.wh..wh..opq"))
+with tarfile.open(")PY" +
+           path("opaque.tar") + R"PY(", "w", format=tarfile.PAX_FORMAT) as out:
+    for (m, data), replaced in zip(members, [members[0][1].decode().replace(old, new).encode(),
+                                             ("\n".join(lines) + "\n").encode(), layer.getvalue()]):
+        m.name = m.name.replace(old, new); m.size = len(replaced)
+        out.addfile(m, io.BytesIO(replaced))
+)PY");
+  };
+  // A first load names the digest of the tree with the marker; the second stream carries it.
+  opaque_stream("");
+  const std::string s2 = path("s2");
+  CommandResult first = hutch({"--state-dir", s2, "image", "load", path("opaque.tar")});
+  ASSERT_NE(first.exit_code, 0);
+  const size_t at = first.err.find("digests to sha256:");
+  ASSERT_NE(at, std::string::npos) << first.err;
+  opaque_stream(first.err.substr(at + 11, 71));
+  CommandResult loaded = hutch({"--state-dir", s2, "image", "load", path("opaque.tar")});
+  ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+  const std::string digest = loaded.out.substr(0, loaded.out.size() - 1);
+  const std::string tree = s2 + "/layers/" + digest.substr(7) + "/tree";
+  EXPECT_EQ(
+      python("import os\nprint(os.getxattr('" + tree + "/data/dir', 'trusted.overlay.opaque'))"),
+      "b'y'\n");
+  EXPECT_EQ(overlay_leftovers(tree), tree + "/data/dir trusted.overlay.opaque\n");
+
+  ASSERT_EQ(hutch({"--state-dir", s2, "image", "export", "r", "-o", path("again.tar")}).exit_code,
+            0);
+  EXPECT_EQ(python(R"PY(
+import io, tarfile
+with tarfile.open(")PY" +
+                   path("again.tar") + R"PY(") as t:
+    for m in t.getmembers():
+        if not m.name.endswith(".tar"): continue
+        with tarfile.open(fileobj=io.BytesIO(t.extractfile(m).read())) as layer:
+            for member in layer.getmembers():
+                if member.name.endswith(".wh..wh..opq"): print(member.name)
+                for key in member.pax_headers:
+                    if "overlay" in key: print(member.name, key)
+)PY"),
+            "./data/dir/.wh..wh..opq\n");
+}
+
 TEST_F(ImageTest, ImportDropsOverlayMetadataAndDevicesFromTheArchive) {
   busybox_tree(path("tree"));
   fs::create_directories(path("tree/data/dir"));
@@ -516,6 +598,143 @@ TEST_F(ImageTest, ImportPicksTheHostPlatformFromAnIndex) {
                              "multi", "--platform", "amd64"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("is not os/arch[/variant]"), std::string::npos) << bad.err;
+}
+
+// Whether a process runs `argv` (NUL-joined) with a root other than the host's: a sandbox's.
+bool sandboxed_process_runs(const std::string& argv) {
+  struct stat host;
+  if (stat("/", &host) != 0) return false;
+  for (const std::string& name : dir_entries("/proc")) {
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat root;
+    if (read_file_or_empty("/proc/" + name + "/cmdline") != argv ||
+        stat(("/proc/" + name + "/root").c_str(), &root) != 0)
+      continue;
+    if (root.st_dev != host.st_dev || root.st_ino != host.st_ino) return true;
+  }
+  return false;
+}
+
+TEST_F(ImageTest, LsListsImagesAndRmRefusesWhileInUse) {
+  busybox_tree(path("tree"));
+  python("import tarfile\nwith tarfile.open('" + path("rootfs.tar") + "', 'w') as t: t.add('" +
+         path("tree") + "', arcname='.')\n");
+  const std::string state = path("state");
+  for (const char* name : {"b", "a"}) {
+    ASSERT_EQ(hutch({"--state-dir", state, "image", "import", path("rootfs.tar"), "--name", name})
+                  .exit_code,
+              0);
+  }
+  CommandResult listed = hutch({"--state-dir", state, "image", "ls", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  const auto images = nlohmann::json::parse(listed.out);
+  ASSERT_EQ(images.size(), 2u) << listed.out;
+  EXPECT_EQ(images[0]["name"], "a");
+  EXPECT_EQ(images[1]["name"], "b");
+  EXPECT_TRUE(images[0]["digest"].get<std::string>().starts_with("sha256:")) << listed.out;
+  EXPECT_EQ(images[0]["digest"], images[1]["digest"]) << "the same tree digests the same";
+  EXPECT_EQ(images[0]["size"], fs::file_size("/bin/busybox") + 6) << "busybox and etc/secret";
+  EXPECT_LE(std::abs(images[0]["created"].get<int64_t>() - time(nullptr)), 60);
+  EXPECT_EQ(images[0]["source"], path("rootfs.tar"));
+  EXPECT_EQ(images[0]["rootfs"], state + "/images/a/rootfs");
+  // An image imported before image.json existed is digested on the spot.
+  ASSERT_TRUE(fs::remove(state + "/images/b/image.json"));
+  CommandResult unrecorded = hutch({"--state-dir", state, "image", "ls", "--json"});
+  ASSERT_EQ(unrecorded.exit_code, 0) << unrecorded.err;
+  EXPECT_EQ(nlohmann::json::parse(unrecorded.out)[1]["digest"], images[0]["digest"]);
+  EXPECT_EQ(nlohmann::json::parse(unrecorded.out)[1]["size"], images[0]["size"]);
+  CommandResult text = hutch({"--state-dir", state, "image", "ls"});
+  EXPECT_EQ(text.out.rfind("a ", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find(images[1]["digest"].get<std::string>()), std::string::npos);
+
+  // A recipe baked on a, and a sandbox running on a.
+  fs::create_directories(path("recipe"));
+  write_file(path("recipe/setup.sh"), "echo baked > /etc/baked\n");
+  ASSERT_EQ(hutch({"--state-dir", state, "recipe", "build", path("recipe"), "--name", "on-a",
+                   "--base", "image:a"})
+                .exit_code,
+            0);
+  // Sandboxes that run until the test's gate/stop exists (the gate dir is bound at /gate).
+  fs::create_directories(path("gate"));
+  const std::string wait_script = "while ! test -e /gate/stop; do sleep 0.05; done; : ";
+  auto run_gated = [&](const std::string& rootfs, const std::string& marker) {
+    return std::jthread([&, rootfs, marker] {
+      hutch({"--state-dir", state, "run", "--rootfs", rootfs, "--bind", path("gate") + ":/gate",
+             "--", "/bin/sh", "-c", wait_script + marker});
+    });
+  };
+  auto wait_running = [&](const std::string& marker) {
+    const std::string argv =
+        std::string("/bin/sh") + '\0' + "-c" + '\0' + wait_script + marker + '\0';
+    for (int i = 0; i < 250 && !sandboxed_process_runs(argv); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return sandboxed_process_runs(argv);
+  };
+  // Opens the gate on every way out of the test, before the threads are joined.
+  struct OpenGate {
+    std::string stop;
+    ~OpenGate() { write_file(stop, ""); }
+  };
+  std::jthread sandbox = run_gated("image:a", "on-image");
+  std::optional<OpenGate> gate;
+  gate.emplace(path("gate/stop"));
+  ASSERT_TRUE(wait_running("on-image")) << "the sandbox did not start";
+  CommandResult busy = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_NE(busy.err.find("a is in use by a running sandbox (pid "), std::string::npos) << busy.err;
+  EXPECT_EQ(nlohmann::json::parse(busy.out)["code"], "in_use") << busy.out;
+  EXPECT_TRUE(fs::exists(state + "/images/a/rootfs/bin/busybox"));
+  // Nor is it replaced by a new import of the same name (the old tree would go).
+  write_file(path("tree/etc/secret"), "second\n");
+  python("import tarfile\nwith tarfile.open('" + path("second.tar") + "', 'w') as t: t.add('" +
+         path("tree") + "', arcname='.')\n");
+  CommandResult replaced =
+      hutch({"--state-dir", state, "image", "import", path("second.tar"), "--name", "a"});
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_NE(replaced.err.find("a is in use by a running sandbox (pid "), std::string::npos)
+      << replaced.err;
+  EXPECT_EQ(read_file_or_empty(state + "/images/a/rootfs/etc/secret"), "lower\n");
+  // b is not in use. Its removal also finishes one that a dead remover left, not a live one's.
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  const std::string abandoned = state + "/images/.removing-old-" + std::to_string(dead);
+  const std::string ongoing = state + "/images/.removing-x-" + std::to_string(getpid());
+  fs::create_directories(abandoned + "/rootfs/etc");
+  write_file(abandoned + "/rootfs/etc/f", "f\n");
+  fs::create_directories(ongoing + "/rootfs");
+  CommandResult other = hutch({"--state-dir", state, "image", "rm", "b"});
+  EXPECT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_FALSE(fs::exists(abandoned));
+  EXPECT_TRUE(fs::exists(ongoing));
+  fs::remove_all(ongoing);
+  gate.reset();
+  sandbox.join();
+  ASSERT_EQ(unlink(path("gate/stop").c_str()), 0);
+  // A sandbox of the recipe runs on a too (its bottom lower).
+  std::jthread recipe_sandbox = run_gated("recipe:on-a", "on-recipe");
+  gate.emplace(path("gate/stop"));
+  ASSERT_TRUE(wait_running("on-recipe")) << "the recipe's sandbox did not start";
+  busy = hutch({"--state-dir", state, "image", "rm", "a"});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_NE(busy.err.find("a is in use by a running sandbox"), std::string::npos) << busy.err;
+  gate.reset();
+  recipe_sandbox.join();
+
+  CommandResult removed = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_NE(removed.err.find("recipe on-a was baked on image a"), std::string::npos) << removed.err;
+  EXPECT_EQ(nlohmann::json::parse(removed.out)["recipes"], nlohmann::json::array({"on-a"}));
+  EXPECT_TRUE(dir_entries(state + "/images").empty())
+      << ::testing::PrintToString(dir_entries(state + "/images"));
+  listed = hutch({"--state-dir", state, "image", "ls", "--json"});
+  EXPECT_EQ(nlohmann::json::parse(listed.out), nlohmann::json::array());
+
+  CommandResult missing = hutch({"--state-dir", state, "image", "rm", "a", "--json"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(missing.out)["code"], "not_found") << missing.out;
+  EXPECT_NE(missing.err.find("no image named a"), std::string::npos) << missing.err;
 }
 
 TEST_F(ImageTest, HostileMemberNamesAreRefused) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -46,6 +47,9 @@ std::vector<std::string> loops_into(const std::string& dir) {
   }
   return found;
 }
+
+// The bake's copies of recipe dirs (runtime/recipes/recipe.cc), by name.
+std::vector<std::string> recipe_copies() { return dir_entries("/tmp/hutch-recipes"); }
 
 class RecipeTest : public ::testing::Test {
  protected:
@@ -384,6 +388,15 @@ TEST_F(RecipeTest, KillDuringBakeLeavesNoLayer) {
   expect_no_leftovers();
   CommandResult base = run_in("base", "cat /opt/base");
   EXPECT_EQ(base.out, "base\n") << base.err;
+  // The killed bake's copy of its recipe dir is removed by the next bake.
+  const std::string killed = ".incoming-" + std::to_string(pid) + "-";
+  auto has_killed_copy = [&] {
+    return std::ranges::any_of(recipe_copies(),
+                               [&](const std::string& name) { return name.starts_with(killed); });
+  };
+  EXPECT_TRUE(has_killed_copy());
+  build_ok(recipe("next", "true\n"), "next");
+  EXPECT_FALSE(has_killed_copy());
 }
 
 TEST_F(RecipeTest, RemovalSparesTaggedAndRunningLayers) {
@@ -517,14 +530,6 @@ TEST_F(RecipeTest, HostileNamesAndRecipesAreRefused) {
   expect_no_leftovers();
 }
 
-// The bake's copies of recipe dirs (runtime/recipes/recipe.cc), by name.
-std::vector<std::string> recipe_copies() {
-  std::vector<std::string> names;
-  for (const std::string& name : dir_entries("/tmp"))
-    if (name.starts_with("hutch-recipe-")) names.push_back(name);
-  return names;
-}
-
 // A recipe the caller (root) can read but the bake's unprivileged host id could not reach: a 0700
 // dir under a 0700 parent, like root's home or `mktemp -d`, with a 0600 file in a 0700 subdir.
 TEST_F(RecipeTest, PrivateRecipeDirBuilds) {
@@ -540,7 +545,11 @@ TEST_F(RecipeTest, PrivateRecipeDirBuilds) {
   CommandResult ran = run_in("private", "cat /opt/key");
   EXPECT_EQ(ran.exit_code, 0) << ran.err;
   EXPECT_EQ(ran.out, "k3y\n");
-  EXPECT_EQ(recipe_copies(), before) << "a copy of the recipe dir was left in /tmp";
+  EXPECT_EQ(recipe_copies(), before) << "a copy of the recipe dir was left in /tmp/hutch-recipes";
+  struct stat copies;
+  ASSERT_EQ(stat("/tmp/hutch-recipes", &copies), 0);
+  EXPECT_EQ(copies.st_uid, 0u);
+  EXPECT_EQ(copies.st_mode & 07777, 0711u);
   // The caller's dir is untouched: same owner and modes.
   struct stat st;
   ASSERT_EQ(stat(dir.c_str(), &st), 0);
