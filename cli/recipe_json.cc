@@ -13,7 +13,8 @@ Result<RecipeJson> parse_recipe_json(std::string_view text) {
       if (key == "base") {
         recipe.base = value.get<std::string>();
       } else if (key == "env") {
-        for (const auto& [k, v] : value.items()) recipe.env.push_back(k + "=" + v.get<std::string>());
+        for (const auto& [k, v] : value.items())
+          recipe.env.push_back(k + "=" + v.get<std::string>());
       } else if (key == "timeout") {
         recipe.timeout = value.get<std::string>();
       } else if (key == "limits") {

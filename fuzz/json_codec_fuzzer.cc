@@ -40,9 +40,8 @@ void fuzz_sandbox_config(const json& body) {
     if (!decodes([&] { config = hutch::daemon::parse_sandbox_config(body, source); })) continue;
     const json record = hutch::daemon::config_to_json(config);
     hutch::daemon::SandboxConfig reread;
-    check(decodes([&] {
-      reread = hutch::daemon::parse_sandbox_config(record, ConfigSource::kRecord);
-    }));
+    check(decodes(
+        [&] { reread = hutch::daemon::parse_sandbox_config(record, ConfigSource::kRecord); }));
     check(hutch::daemon::config_to_json(reread) == record);
     hutch::daemon::build_spec(config, "/var/lib/hutch");
   }
@@ -63,7 +62,8 @@ void fuzz_spec(const json& body) {
   hutch::SandboxSpec spec;
   if (!decodes([&] { spec = hutch::daemon::spec_from_json(body); })) return;
   const json wire = hutch::daemon::spec_to_json(spec);
-  check(decodes([&] { check(hutch::daemon::spec_to_json(hutch::daemon::spec_from_json(wire)) == wire); }));
+  check(decodes(
+      [&] { check(hutch::daemon::spec_to_json(hutch::daemon::spec_from_json(wire)) == wire); }));
 }
 
 // Strings anywhere in the body: as a time (list filters) and as base64 (file API bodies).
