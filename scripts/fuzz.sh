@@ -15,6 +15,7 @@ if ((${#targets[@]} == 0)); then
   targets=(path_fuzzer json_codec_fuzzer tar_fuzzer seccomp_profile_fuzzer recipe_json_fuzzer)
 fi
 
+echo "== fuzzing (libFuzzer: ${#targets[@]} targets, ${seconds} s each) =="
 build_dir=${HUTCH_FUZZ_BUILD_DIR:-build-fuzz}
 cmake -S . -B "$build_dir" -DHUTCH_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 ${HUTCH_CMAKE_ARGS:-} >/dev/null

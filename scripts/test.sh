@@ -20,3 +20,4 @@ HUTCH_VM_FILES="$PWD/build/hutch" ./scripts/test-cgroupv2-vm.sh \
 echo "== tests (ASan/UBSan) =="
 HUTCH_BUILD_DIR=build-asan HUTCH_BUILD_TYPE=Debug HUTCH_CMAKE_ARGS=-DHUTCH_SANITIZE=ON ./scripts/setup.sh
 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+./scripts/fuzz.sh 60
