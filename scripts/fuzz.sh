@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/: clang-16, ASan and UBSan) in build-fuzz/ and runs each
-# for SECONDS (default 60) from its committed seed corpus, fuzz/corpus/<target>/. A crash, an
+# for SECONDS (default 60) from its committed seed corpus, fuzz/corpus/<target>/, with the
+# dictionary fuzz/dict/<target>.dict (tokens and edge values of its input). A crash, an
 # uncaught exception, a sanitizer report, a leak, an input running over 10 s or 2 GiB fails the
 # target; libFuzzer saves that input as build-fuzz/findings/<target>/{crash,leak,timeout,oom}-*.
 # Prints the executions each target ran, then `fuzz: N passed, M failed`; exits 1 on a failure.
@@ -33,9 +34,11 @@ for target in "${targets[@]}"; do
   log="$build_dir/fuzz-$target.log"
   rm -rf "$work"
   mkdir -p "$work" "$findings"
+  dict=()
+  [[ -f "fuzz/dict/$target.dict" ]] && dict=(-dict="fuzz/dict/$target.dict")
   status=0
   TMPDIR="$scratch" "$build_dir/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
-    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/" \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$findings/" "${dict[@]}" \
     "$work" "fuzz/corpus/$target" >"$log" 2>&1 || status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   if ((status == 0)); then
