@@ -22,7 +22,7 @@ Result<RecipeJson> parse_recipe_json(std::string_view text) {
           if (limit == "memory") {
             recipe.memory = v.get<std::string>();
           } else if (limit == "pids") {
-            // get<uint64_t>() converts -1 and 1e300 too (the latter undefined: fuzz/ found it).
+            // get<uint64_t>() converts -1 and 1e300 too (the latter undefined: UBSan).
             if (!v.is_number_unsigned())
               return plain_error("recipe.json", "limits.pids must be a positive integer");
             recipe.pids = v.get<uint64_t>();
