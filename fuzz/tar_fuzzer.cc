@@ -2,8 +2,8 @@
 // archives, opened as hutch-image opens them (every filter, tar formats), extracted for real in
 // each whiteout mode into a fresh directory under $TMPDIR (scripts/fuzz.sh points it at a
 // scratch dir of its own and removes it). Aborts when an extraction reaches outside its
-// directory (a sibling canary directory must stay empty) or leaves a device node or socket
-// other than an overlay whiteout (a character device 0/0, kToOverlay only).
+// directory (a sibling canary directory must stay as made, times included) or leaves a device
+// node or socket other than an overlay whiteout (a character device 0/0, kToOverlay only).
 #include <archive.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -37,7 +37,18 @@ struct ReadDeleter {
   void operator()(archive* a) const { archive_read_free(a); }
 };
 
-fs::path scratch;  // holds tree/ (extracted into) and canary/ (must stay empty)
+fs::path scratch;  // holds tree/ (extracted into) and canary/ (must stay as made)
+constexpr time_t kCanaryTime = 12345;
+
+// canary/ holds one empty directory, canary/e, whose times are kCanaryTime.
+bool canary_intact() {
+  const fs::path e = scratch / "canary" / "e";
+  struct stat st;
+  if (lstat(e.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_mtim.tv_sec != kCanaryTime)
+    return false;
+  return fs::is_empty(e) &&
+         std::distance(fs::directory_iterator(scratch / "canary"), fs::directory_iterator()) == 1;
+}
 
 bool inert(const fs::path& dir, Whiteouts whiteouts) {
   std::error_code ec;
@@ -65,7 +76,7 @@ void extract(const uint8_t* data, size_t size, Whiteouts whiteouts) {
     auto done = hutch::image::extract_tree(in.get(), root.get(), whiteouts, "fuzz.tar");
     check(done || !done.error().message().empty(), "an error without a message");
   }
-  check(fs::is_empty(scratch / "canary"), "wrote outside the tree (canary/ is not empty)");
+  check(canary_intact(), "wrote outside the tree (canary/ changed)");
   check(inert(tree, whiteouts), "left a device node or socket");
   std::error_code ec;
   fs::remove_all(tree, ec);
@@ -88,7 +99,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::string pattern = std::string(tmp != nullptr ? tmp : "/tmp") + "/tar-fuzzer.XXXXXX";
   check(mkdtemp(pattern.data()) != nullptr, "mkdtemp");
   scratch = pattern;
-  check(mkdir((scratch / "canary").c_str(), 0755) == 0, "mkdir canary");
+  const fs::path e = scratch / "canary" / "e";
+  check(mkdir((scratch / "canary").c_str(), 0755) == 0 && mkdir(e.c_str(), 0755) == 0,
+        "mkdir canary/e");
+  const timespec times[2] = {{kCanaryTime, 0}, {kCanaryTime, 0}};
+  check(utimensat(AT_FDCWD, e.c_str(), times, 0) == 0, "utimensat canary/e");
   return 0;
 }
 
