@@ -1,6 +1,6 @@
 // The file API's path parsing: parse_path (lexical normalization of a client's sandbox path)
-// and the glob parser (brace expansion, pattern splitting, name matching). Input: a path or
-// pattern; after the first '\n', a name to match the pattern's first component against.
+// and the glob parser (brace expansion, pattern splitting, name and path matching). Input: a
+// path; as a glob, a pattern and, after its first '\n', a path to match it against.
 // Aborts when a result breaks the documented form (runtime/files/resolve.h, glob.h).
 #include <cstdint>
 #include <cstdlib>
@@ -70,7 +70,7 @@ void fuzz_glob(std::string_view pattern, std::string_view name) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   const size_t newline = input.find('\n');
-  fuzz_path(input.substr(0, newline));
+  fuzz_path(input);
   fuzz_glob(input.substr(0, newline),
             newline == std::string_view::npos ? std::string_view() : input.substr(newline + 1));
   return 0;
