@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "cli/options.h"
+#include "cli/recipe_json.h"
 #include "runtime/features.h"
 #include "runtime/layers/layer_store.h"
 #include "runtime/recipes/recipe.h"
@@ -229,44 +230,21 @@ struct LayerOptions {
   bool json = false;
 };
 
-// recipe.json: {"base": "...", "env": {"K": "V"}, "limits": {"memory": "512M", "pids": 256,
-// "cpus": 1.0}, "timeout": "10m"}. Command-line options win over it.
+// recipe.json (cli/recipe_json.h). Command-line options win over it.
 Result<void> apply_recipe_json(RecipeOptions& recipe) {
   const std::string path = recipe.dir + "/recipe.json";
   if (access(path.c_str(), F_OK) != 0) return {};
   auto text = read_file(path);
   if (!text) return std::unexpected(text.error());
-  try {
-    const nlohmann::json doc = nlohmann::json::parse(*text);
-    if (!doc.is_object()) return plain_error("recipe.json", "not a JSON object");
-    for (const auto& [key, value] : doc.items()) {
-      if (key == "base") {
-        if (recipe.base.empty()) recipe.base = value.get<std::string>();
-      } else if (key == "env") {
-        std::vector<std::string> env;
-        for (const auto& [k, v] : value.items()) env.push_back(k + "=" + v.get<std::string>());
-        env.insert(env.end(), recipe.env.begin(), recipe.env.end());
-        recipe.env = std::move(env);
-      } else if (key == "timeout") {
-        if (recipe.sandbox.timeout.empty()) recipe.sandbox.timeout = value.get<std::string>();
-      } else if (key == "limits") {
-        for (const auto& [limit, v] : value.items()) {
-          if (limit == "memory" && recipe.sandbox.memory.empty())
-            recipe.sandbox.memory = v.get<std::string>();
-          else if (limit == "pids" && !recipe.sandbox.pids)
-            recipe.sandbox.pids = v.get<uint64_t>();
-          else if (limit == "cpus" && !recipe.sandbox.cpus)
-            recipe.sandbox.cpus = v.get<double>();
-          else if (limit != "memory" && limit != "pids" && limit != "cpus")
-            return plain_error("recipe.json", "unknown limit \"" + limit + "\"");
-        }
-      } else {
-        return plain_error("recipe.json", "unknown key \"" + key + "\"");
-      }
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return plain_error("recipe.json", e.what());
-  }
+  auto parsed = parse_recipe_json(*text);
+  if (!parsed) return std::unexpected(parsed.error());
+  if (recipe.base.empty() && parsed->base) recipe.base = *parsed->base;
+  parsed->env.insert(parsed->env.end(), recipe.env.begin(), recipe.env.end());
+  recipe.env = std::move(parsed->env);
+  if (recipe.sandbox.timeout.empty() && parsed->timeout) recipe.sandbox.timeout = *parsed->timeout;
+  if (recipe.sandbox.memory.empty() && parsed->memory) recipe.sandbox.memory = *parsed->memory;
+  if (!recipe.sandbox.pids) recipe.sandbox.pids = parsed->pids;
+  if (!recipe.sandbox.cpus) recipe.sandbox.cpus = parsed->cpus;
   return {};
 }
 

@@ -489,6 +489,12 @@ std::optional<std::chrono::system_clock::time_point> parse_iso8601(const std::st
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   time_t seconds = timegm(&tm);
+  // system_clock counts nanoseconds in an int64_t: only years 1678..2262 fit (fuzz/ found it).
+  constexpr time_t kMaxSeconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::duration::max())
+          .count() -
+      1;
+  if (seconds > kMaxSeconds || seconds < -kMaxSeconds) return std::nullopt;
   return std::chrono::system_clock::from_time_t(seconds) + std::chrono::milliseconds(millis);
 }
 

@@ -4,7 +4,9 @@
 # pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
 # libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
 # each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
-# streams (layer export/load, OCI and docker image import) with gzip/zstd.
+# streams (layer export/load, OCI and docker image import) with gzip/zstd; clang-16 and
+# libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
+# oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,7 @@ packages=(
   python3 busybox-static debootstrap
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux
+  clang-16 libclang-rt-16-dev
 )
 
 missing=()

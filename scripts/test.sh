@@ -25,3 +25,6 @@ ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 echo "== whole suite and demo inside Linux 6.1 (qemu) =="
 ./scripts/test-vm.sh build
+
+echo "== fuzzers (libFuzzer, 60 s each) =="
+./scripts/fuzz.sh 60

@@ -51,7 +51,12 @@ ConditionalRule conditional(const json& entry) {
   rule.syscall = entry.at("syscall").get<std::string>();
   for (const json& arg : entry.at("args")) {
     ArgCompare cmp;
-    cmp.index = arg.at("index").get<unsigned>();
+    // A JSON integer: get<unsigned>() would truncate 4294967296 to 0 and convert 1e300 with
+    // undefined behaviour (UBSan, fuzz/corpus/seccomp_profile_fuzzer/regress_index_1e300.json).
+    const json& index = arg.at("index");
+    if (!index.is_number_unsigned() || index.get<uint64_t>() > 5)
+      throw std::invalid_argument(rule.syscall + ": argument index must be an integer 0..5");
+    cmp.index = index.get<unsigned>();
     const std::string op = arg.at("op").get<std::string>();
     if (op == "eq") {
       cmp.op = CompareOp::kEq;

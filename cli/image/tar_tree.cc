@@ -3,7 +3,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -404,7 +406,18 @@ struct TreeReader {
         if (futimens(root_fd, times) != 0) return sys_error("futimens", what + ": .");
         continue;
       }
-      if (utimensat(root_fd, path.c_str(), times, AT_SYMLINK_NOFOLLOW) != 0)
+      // Without following symlinks: a later member may have replaced a directory on the way
+      // with a symlink out of the tree (fuzz/corpus/tar_fuzzer/regress_dir_times_*). Then, or
+      // when it replaced the directory itself, its times no longer apply.
+      // O_PATH: a directory of mode 0 still gets its times, as metadata() sets its mode.
+      open_how how{};
+      how.flags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+      how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+      UniqueFd dir(static_cast<int>(syscall(SYS_openat2, root_fd, path.c_str(), &how, sizeof how)));
+      if (!dir && (errno == ELOOP || errno == ENOTDIR || errno == ENOENT)) continue;
+      if (!dir) return sys_error("openat2", what + ": " + path);
+      const std::string proc = "/proc/self/fd/" + std::to_string(dir.get());
+      if (utimensat(AT_FDCWD, proc.c_str(), times, 0) != 0)
         return sys_error("utimensat", what + ": " + path);
     }
     return {};

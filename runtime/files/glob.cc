@@ -203,24 +203,32 @@ std::vector<std::string> split_pattern(std::string_view pattern) {
 
 namespace {
 
+// `failed` remembers the (pi, xi) already known not to match: without it, k "**" against n
+// components try every one of C(n, k) splits (fuzz/corpus/path_fuzzer/regress_globstars).
 bool match_from(const std::vector<std::string>& pattern, size_t pi,
-                const std::vector<std::string>& parts, size_t xi) {
+                const std::vector<std::string>& parts, size_t xi, std::vector<bool>& failed) {
   if (pi == pattern.size()) return xi == parts.size();
+  const size_t state = pi * (parts.size() + 1) + xi;
+  if (failed[state]) return false;
+  bool matched = false;
   if (pattern[pi] == "**") {
-    if (match_from(pattern, pi + 1, parts, xi)) return true;
-    for (size_t k = xi; k < parts.size() && !parts[k].starts_with("."); ++k) {
-      if (match_from(pattern, pi + 1, parts, k + 1)) return true;
+    matched = match_from(pattern, pi + 1, parts, xi, failed);
+    for (size_t k = xi; !matched && k < parts.size() && !parts[k].starts_with("."); ++k) {
+      matched = match_from(pattern, pi + 1, parts, k + 1, failed);
     }
-    return false;
+  } else {
+    matched = xi < parts.size() && match_name(pattern[pi], parts[xi]) &&
+              match_from(pattern, pi + 1, parts, xi + 1, failed);
   }
-  if (xi == parts.size()) return false;
-  return match_name(pattern[pi], parts[xi]) && match_from(pattern, pi + 1, parts, xi + 1);
+  if (!matched) failed[state] = true;
+  return matched;
 }
 
 }  // namespace
 
 bool match_path(const std::vector<std::string>& pattern, const std::vector<std::string>& parts) {
-  return match_from(pattern, 0, parts, 0);
+  std::vector<bool> failed((pattern.size() + 1) * (parts.size() + 1));
+  return match_from(pattern, 0, parts, 0, failed);
 }
 
 }  // namespace hutch::files

@@ -95,6 +95,10 @@ TEST(JsonCodec, EncodingHelpers) {
   ASSERT_TRUE(parsed);
   EXPECT_LT(std::chrono::abs(*parsed - now), std::chrono::milliseconds(1));
   EXPECT_EQ(iso8601_ns(0), "1970-01-01T00:00:00.000Z");
+  // Beyond system_clock's int64_t nanoseconds (year 2262): refused, not overflowed.
+  EXPECT_FALSE(parse_iso8601("2340-11-30T16:38:44.841Z"));
+  EXPECT_FALSE(parse_iso8601("1500-01-01T00:00:00.000Z"));
+  EXPECT_TRUE(parse_iso8601("2262-01-01T00:00:00.000Z"));
   EXPECT_EQ(parse_signal("TERM"), 15);
   EXPECT_EQ(parse_signal("SIGKILL"), 9);
   EXPECT_EQ(parse_signal(2), 2);

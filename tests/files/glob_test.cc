@@ -82,5 +82,16 @@ TEST(MatchPath, Globstar) {
   EXPECT_FALSE(match_path(split_pattern("a/*"), {"a", "b", "c"}));
 }
 
+// Many "**" against a deep path: each split is tried once, not C(200, 20) times (which hangs
+// until ctest's timeout without it; fuzz/corpus/path_fuzzer/regress_globstars holds one).
+TEST(MatchPath, ManyGlobstarsOverADeepPathFinish) {
+  std::string pattern;
+  for (int i = 0; i < 20; ++i) pattern += "**/a/";
+  Strings parts(200, "a");
+  EXPECT_FALSE(match_path(split_pattern(pattern + "b"), parts));
+  parts.back() = "b";
+  EXPECT_TRUE(match_path(split_pattern(pattern + "b"), parts));
+}
+
 }  // namespace
 }  // namespace hutch::files

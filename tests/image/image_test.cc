@@ -3,6 +3,7 @@
 // without touching the store; rootfs tars and OCI layouts import as image:NAME bases (the host's
 // platform from a multi-platform index), hostile member names are refused, and overlay xattrs and
 // device nodes in an archive are dropped.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -788,6 +789,30 @@ with tarfile.open(")PY" +
   EXPECT_NE(linked.exit_code, 0);
   EXPECT_NE(linked.err.find("refused"), std::string::npos) << linked.err;
   EXPECT_FALSE(fs::exists(state + "/images/bad"));
+}
+
+// A directory's times are set after its contents; a later member that replaced a directory on
+// the way with a symlink must not carry that utimensat out of the tree (tar_fuzzer checks it too).
+TEST_F(ImageTest, DirectoryTimesAreNotSetThroughALaterSymlink) {
+  fs::create_directories(path("outside/e"));
+  const timespec kept[2] = {{12345, 0}, {12345, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path("outside/e").c_str(), kept, 0), 0);
+  python(R"PY(
+import tarfile
+with tarfile.open(")PY" +
+         path("times.tar") + R"PY(", "w") as t:
+    for name in ("d", "d/e"):
+        info = tarfile.TarInfo(name); info.type = tarfile.DIRTYPE; info.mtime = 1764600000
+        t.addfile(info)
+    info = tarfile.TarInfo("d"); info.type = tarfile.SYMTYPE; info.linkname = ")PY" +
+         path("outside") + R"PY("; t.addfile(info)
+)PY");
+  CommandResult imported = hutch(
+      {"--state-dir", path("state"), "image", "import", path("times.tar"), "--name", "times"});
+  EXPECT_EQ(imported.exit_code, 0) << imported.err;
+  struct stat st;
+  ASSERT_EQ(stat(path("outside/e").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mtim.tv_sec, 12345);
 }
 
 }  // namespace

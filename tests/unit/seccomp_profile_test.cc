@@ -115,6 +115,15 @@ TEST(ParseSeccompProfile, RejectsMalformedNumbers) {
   }
 }
 
+TEST(ParseSeccompProfile, RejectsArgumentIndicesThatAreNotIntegers0To5) {
+  for (const char* index : {"6", "4294967296", "1e300", "-1", "0.5", R"("1")"}) {
+    const std::string json =
+        with_rule("allow_if", std::string(R"({"syscall": "socket", "args": [{"index": )") + index +
+                                  R"(, "op": "eq", "value": 1}]})");
+    EXPECT_TRUE(contains(error_message(parse_seccomp_profile(json)), "argument index")) << index;
+  }
+}
+
 TEST(ParseSeccompProfile, MaskedEqNeedsAMask) {
   EXPECT_FALSE(parse_seccomp_profile(
       with_rule("allow_if",

@@ -1,0 +1,30 @@
+// recipe.json, the optional settings file of a recipe directory (`hutch recipe build`):
+// {"base": "...", "env": {"K": "V"}, "limits": {"memory": "512M", "pids": 256, "cpus": 1.0},
+//  "timeout": "10m"}. Pure parsing (fuzz/recipe_json_fuzzer.cc); the CLI applies what its own
+// options did not set.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace hutch::cli {
+
+struct RecipeJson {
+  std::optional<std::string> base;
+  std::vector<std::string> env;  // "K=V", in the file's order
+  std::optional<std::string> timeout;
+  std::optional<std::string> memory;
+  std::optional<uint64_t> pids;
+  std::optional<double> cpus;
+};
+
+// An Error of step "recipe.json" for malformed JSON, an unknown key or limit, or a value of the
+// wrong type.
+Result<RecipeJson> parse_recipe_json(std::string_view text);
+
+}  // namespace hutch::cli
