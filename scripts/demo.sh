@@ -4,14 +4,20 @@
 # runs the script inside, saves its JSON output as an artifact in the sandbox, validates it with
 # `python3 -m json.tool`, downloads it to the host, and deletes the sandbox: always, even when a
 # step fails. Prints each step with its timing.
+# HUTCH_PREFIX=DIR runs it with an installed hutch (DIR/bin/hutch and hutchd), without setup
+# (tests/install does); HUTCH_DEMO_ARTIFACTS=DIR puts the artifact there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-
-hutch=$PWD/build/hutch
-hutchd=$PWD/build/daemon/hutchd
+if [[ -n ${HUTCH_PREFIX:-} ]]; then
+  hutch=$HUTCH_PREFIX/bin/hutch
+  hutchd=$HUTCH_PREFIX/bin/hutchd
+else
+  ./scripts/setup.sh
+  hutch=$PWD/build/hutch
+  hutchd=$PWD/build/daemon/hutchd
+fi
 work=$(mktemp -d /tmp/hutch-demo.XXXXXX)
-artifacts=$PWD/build/demo-artifacts
+artifacts=${HUTCH_DEMO_ARTIFACTS:-$PWD/build/demo-artifacts}
 export HUTCH_SOCKET=$work/hutchd.sock
 daemon=
 sandbox=

@@ -4,7 +4,10 @@
 # pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
 # libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
 # each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
-# streams (layer export/load, OCI and docker image import) with gzip/zstd.
+# streams (layer export/load, OCI and docker image import) with gzip/zstd. systemd:
+# systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
+# computes the package's Depends with them (tests/install).
+# Builds with warnings as errors (HUTCH_WERROR, off for packagers' builds).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +19,7 @@ packages=(
   python3 busybox-static debootstrap
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux
+  systemd dpkg-dev file
 )
 
 missing=()
@@ -30,5 +34,6 @@ fi
 
 build_dir=${HUTCH_BUILD_DIR:-build}
 build_type=${HUTCH_BUILD_TYPE:-RelWithDebInfo}
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" ${HUTCH_CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DHUTCH_WERROR=ON \
+  ${HUTCH_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j"$(nproc)"
