@@ -432,8 +432,8 @@ Result<std::string> helper_path(std::string_view name) {
   for (const std::filesystem::path& candidate : {beside, installed}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
-  return plain_error("find " + std::string(name),
-                     "neither " + beside.string() + " nor " + installed.string() + " is executable");
+  return plain_error("find " + std::string(name), "neither " + beside.string() + " nor " +
+                                                      installed.string() + " is executable");
 }
 
 // Replaces this process with the helper executable `name` (same argv); returns only on

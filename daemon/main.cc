@@ -42,7 +42,8 @@ std::expected<std::string, std::string> zygote_binary() {
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return std::unexpected("readlink(/proc/self/exe): " + error.message());
   std::filesystem::path beside = self.parent_path() / "hutchd-zygote";
-  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch/hutchd-zygote";
+  std::filesystem::path installed =
+      self.parent_path().parent_path() / "libexec/hutch/hutchd-zygote";
   for (const std::filesystem::path& candidate : {beside, installed}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }

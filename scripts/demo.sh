@@ -51,7 +51,7 @@ timed() {
 }
 
 step "start hutchd (unix socket, state dir in a temp dir)" \
-  "hutchd --socket $HUTCH_SOCKET --state-dir $work/state --destroy-on-exit"
+  "$hutchd --socket $HUTCH_SOCKET --state-dir $work/state --destroy-on-exit"
 "$hutchd" --socket "$HUTCH_SOCKET" --state-dir "$work/state" --destroy-on-exit \
   2>"$work/hutchd.log" &
 daemon=$!

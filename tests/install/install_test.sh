@@ -92,6 +92,7 @@ case $mode in
       cat "$tmp/demo.log" >&2
       fail "scripts/demo.sh with HUTCH_PREFIX=$prefix"
     }
+    grep -qF "\$ $prefix/bin/hutchd --socket" "$tmp/demo.log" || fail "the demo did not run $prefix/bin/hutchd"
     python3 -m json.tool "$tmp/artifacts/report.json" >/dev/null || fail "no valid report.json"
     ;;
   units)
