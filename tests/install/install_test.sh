@@ -3,8 +3,9 @@
 #   install_test.sh layout|demo|units|deb SOURCE_DIR BUILD_DIR
 # layout: the file layout of `cmake --install --prefix TMP`, helpers found in libexec/hutch/ and
 #   an error naming both places when one is missing. demo: scripts/demo.sh's workflow run with the
-#   installed binaries (root). units: `systemd-analyze verify` of the installed unit, which must
-#   print nothing. deb: `cpack -G DEB`, then the package's Depends line and file layout.
+#   installed binaries (root), confined as the unit confines hutchd. units: `systemd-analyze
+#   verify` of the installed unit, which must print nothing. deb: `cpack -G DEB`, then the
+#   package's Depends line and file layout.
 # Exit 77 (ctest's skip) with a loud reason when the host cannot run a check, unless
 # HUTCH_MUST_WORK=1: then it fails.
 set -euo pipefail
@@ -87,8 +88,17 @@ case $mode in
     ;;
   demo)
     ((EUID == 0)) || skip "needs root (the demo creates real sandboxes)"
+    require_tool setpriv util-linux
     install_prefix
-    HUTCH_PREFIX=$prefix HUTCH_DEMO_ARTIFACTS=$tmp/artifacts "$src/scripts/demo.sh" >"$tmp/demo.log" 2>&1 || {
+    # Confined as hutchd.service confines hutchd: no_new_privs and its capability bounding set.
+    unit=$prefix/lib/systemd/system/hutchd.service
+    grep -qx 'NoNewPrivileges=yes' "$unit" || fail "$unit has no NoNewPrivileges=yes"
+    caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$unit")
+    [[ -n $caps ]] || fail "$unit has no CapabilityBoundingSet="
+    bounding=-all$(for cap in $caps; do printf ',+%s' "${cap#CAP_}"; done | tr A-Z a-z)
+    HUTCH_PREFIX=$prefix HUTCH_DEMO_ARTIFACTS=$tmp/artifacts setpriv --no-new-privs \
+      --inh-caps=-all --bounding-set="$bounding" \
+      "$src/scripts/demo.sh" >"$tmp/demo.log" 2>&1 || {
       cat "$tmp/demo.log" >&2
       fail "scripts/demo.sh with HUTCH_PREFIX=$prefix"
     }
