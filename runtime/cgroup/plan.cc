@@ -166,9 +166,8 @@ bool valid_cgroup_parent(std::string_view name) {
 
 Result<void> check_cgroup_parent(std::string_view name) {
   if (valid_cgroup_parent(name)) return {};
-  // '"' is a char: g++ 12 warns (-Wrestrict, GCC PR105329) on a 1-char literal before a string.
   return plain_error("cgroup parent",
-                     '"' + std::string(name) + "\" is not one name of [A-Za-z0-9._-]");
+                     "\"" + std::string(name) + "\" is not one name of [A-Za-z0-9._-]");
 }
 
 }  // namespace hutch

@@ -48,8 +48,7 @@ struct StaleDir {
 // True if this process sits in `<mount>/<parent>/<id>` (or below) of any hierarchy.
 bool holds_this_process(const std::vector<CgroupMembership>& own, const CgroupLayout& layout,
                         std::string_view parent, const std::string& id) {
-  // '/' is a char: g++ 12 warns (-Wrestrict, GCC PR105329) on a 1-char literal before a string.
-  const std::string prefix = '/' + std::string(parent) + "/" + id;
+  const std::string prefix = "/" + std::string(parent) + "/" + id;
   auto inside = [&](const std::string& path) {
     return path == prefix || path.starts_with(prefix + "/");
   };

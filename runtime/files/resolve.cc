@@ -128,7 +128,7 @@ FsResult<SandboxPath> parse_path(std::string_view raw) {
   SandboxPath out;
   out.parent = "/";
   if (parts.empty()) {
-    out.path = '/';  // a char: g++ 12 warns (-Wrestrict, GCC PR105329) on a 1-char literal here
+    out.path = "/";
     return out;
   }
   for (size_t i = 0; i + 1 < parts.size(); ++i) out.parent = join(out.parent, parts[i]);
