@@ -4,9 +4,12 @@
 set(CPACK_PACKAGE_NAME hutch)
 set(CPACK_PACKAGE_VERSION 0.1.0)
 set(CPACK_PACKAGE_CONTACT "hutch maintainers <hutch@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "lightweight Linux sandboxes from namespaces, overlayfs and seccomp")
-set(CPACK_PACKAGE_DESCRIPTION
-    "hutch runs untrusted code in sandboxes built straight from kernel facilities (user, pid, mount, net, uts, ipc and cgroup namespaces, overlayfs, seccomp), with no container engine and no VM. hutchd keeps sandboxes up behind a local HTTP API.")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "lightweight Linux sandboxes from namespaces, overlayfs and seccomp")
+string(CONCAT CPACK_PACKAGE_DESCRIPTION
+       "hutch runs untrusted code in sandboxes built straight from kernel facilities (user, pid, "
+       "mount, net, uts, ipc and cgroup namespaces, overlayfs, seccomp), with no container "
+       "engine and no VM. hutchd keeps sandboxes up behind a local HTTP API.")
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)

@@ -29,7 +29,9 @@ skip() {
   echo "*** SKIPPING install $mode: $* (set HUTCH_MUST_WORK=1 to fail instead)" >&2
   exit 77
 }
-require_tool() { command -v "$1" >/dev/null || skip "$1 is missing (scripts/setup.sh installs $2)"; }
+require_tool() {
+  command -v "$1" >/dev/null || skip "$1 is missing (scripts/setup.sh installs $2)"
+}
 
 install_prefix() {
   prefix=$tmp/usr
@@ -74,9 +76,11 @@ case $mode in
       [[ -x $prefix/$f ]] || fail "$f is not executable"
     done
     grep -qxF "ExecStart=$prefix/bin/hutchd --socket %t/hutch/hutchd.sock --state-dir %S/hutch" \
-      "$prefix/lib/systemd/system/hutchd.service" || fail "hutchd.service's ExecStart is not $prefix/bin/hutchd"
+      "$prefix/lib/systemd/system/hutchd.service" ||
+      fail "hutchd.service's ExecStart is not $prefix/bin/hutchd"
     # The helpers are found in libexec/hutch/: hutch-client serves `create`, hutch-image `image`.
-    "$prefix/bin/hutch" create --help | grep -q -- --memory || fail "hutch create --help (hutch-client)"
+    "$prefix/bin/hutch" create --help | grep -q -- --memory ||
+      fail "hutch create --help (hutch-client)"
     "$prefix/bin/hutch" image --help | grep -q import || fail "hutch image --help (hutch-image)"
     # A missing helper: an error naming both places it was looked for.
     mv "$prefix/libexec/hutch/hutch-client" "$tmp/hutch-client"
@@ -95,14 +99,16 @@ case $mode in
     grep -qx 'NoNewPrivileges=yes' "$unit" || fail "$unit has no NoNewPrivileges=yes"
     caps=$(sed -n 's/^CapabilityBoundingSet=//p' "$unit")
     [[ -n $caps ]] || fail "$unit has no CapabilityBoundingSet="
-    bounding=-all$(for cap in $caps; do printf ',+%s' "${cap#CAP_}"; done | tr A-Z a-z)
+    bounding=-all$(for cap in $caps; do printf ',+%s' "${cap#CAP_}"; done |
+      tr '[:upper:]' '[:lower:]')
     HUTCH_PREFIX=$prefix HUTCH_DEMO_ARTIFACTS=$tmp/artifacts setpriv --no-new-privs \
       --inh-caps=-all --bounding-set="$bounding" \
       "$src/scripts/demo.sh" >"$tmp/demo.log" 2>&1 || {
       cat "$tmp/demo.log" >&2
       fail "scripts/demo.sh with HUTCH_PREFIX=$prefix"
     }
-    grep -qF "\$ $prefix/bin/hutchd --socket" "$tmp/demo.log" || fail "the demo did not run $prefix/bin/hutchd"
+    grep -qF "\$ $prefix/bin/hutchd --socket" "$tmp/demo.log" ||
+      fail "the demo did not run $prefix/bin/hutchd"
     python3 -m json.tool "$tmp/artifacts/report.json" >/dev/null || fail "no valid report.json"
     ;;
   units)
@@ -127,19 +133,22 @@ case $mode in
     [[ -f $deb ]] || { fail "cpack made no hutch_*.deb: $(ls "$tmp/cpack")"; exit 1; }
     depends=$(dpkg-deb --field "$deb" Depends)
     echo "Depends: $depends"
-    # Computed by dpkg-shlibdeps from hutchd, hutch-client and hutch-image, plus the tools hutch runs.
+    # dpkg-shlibdeps's, from hutchd, hutch-client and hutch-image, and the tools hutch runs.
     for dep in erofs-utils libc6 libstdc++6 libcpp-httplib0.11 libarchive13 libspdlog1.10-fmt9; do
       [[ ", $depends," == *", $dep "* || ", $depends," == *", $dep,"* ]] ||
         fail "Depends lacks $dep: $depends"
     done
-    dpkg-deb --info "$deb" | grep -q '^ Package: hutch$' || fail "dpkg-deb --info: not package hutch"
+    dpkg-deb --info "$deb" | grep -q '^ Package: hutch$' ||
+      fail "dpkg-deb --info: not package hutch"
     contents=$(dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ {print substr($6, 3)}' | LC_ALL=C sort)
     want=$(sed 's|^|usr/|' <<<"$layout" | LC_ALL=C sort)
-    [[ $contents == "$want" ]] || fail "package files:"$'\n'"$(diff <(echo "$want") <(echo "$contents"))"
+    [[ $contents == "$want" ]] ||
+      fail "package files:"$'\n'"$(diff <(echo "$want") <(echo "$contents"))"
     mkdir "$tmp/x"
     dpkg-deb -x "$deb" "$tmp/x"
     grep -qx 'ExecStart=/usr/bin/hutchd --socket %t/hutch/hutchd.sock --state-dir %S/hutch' \
-      "$tmp/x/usr/lib/systemd/system/hutchd.service" || fail "the package's unit does not run /usr/bin/hutchd"
+      "$tmp/x/usr/lib/systemd/system/hutchd.service" ||
+      fail "the package's unit does not run /usr/bin/hutchd"
     ;;
   *)
     echo "usage: $0 layout|demo|units|deb SOURCE_DIR BUILD_DIR" >&2
