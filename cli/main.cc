@@ -429,11 +429,13 @@ Result<std::string> helper_path(std::string_view name) {
   if (error) return sys_error("readlink", "/proc/self/exe", error.value());
   std::filesystem::path beside = self.parent_path() / name;
   std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
+  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
   for (const std::filesystem::path& candidate : {beside, installed}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (errno != ENOENT) err = errno;
   }
-  return plain_error("find " + std::string(name), "neither " + beside.string() + " nor " +
-                                                      installed.string() + " is executable");
+  return sys_error("access",
+                   std::string(name) + " at " + beside.string() + " or " + installed.string(), err);
 }
 
 // Replaces this process with the helper executable `name` (same argv); returns only on

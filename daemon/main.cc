@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <expected>
@@ -44,11 +45,13 @@ std::expected<std::string, std::string> zygote_binary() {
   std::filesystem::path beside = self.parent_path() / "hutchd-zygote";
   std::filesystem::path installed =
       self.parent_path().parent_path() / "libexec/hutch/hutchd-zygote";
+  int err = ENOENT;  // the more telling errno: EACCES on a zygote that is there
   for (const std::filesystem::path& candidate : {beside, installed}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (errno != ENOENT) err = errno;
   }
-  return std::unexpected("find hutchd-zygote: neither " + beside.string() + " nor " +
-                         installed.string() + " is executable");
+  return std::unexpected("access(hutchd-zygote at " + beside.string() + " or " +
+                         installed.string() + "): " + std::strerror(err));
 }
 
 }  // namespace

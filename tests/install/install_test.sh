@@ -85,10 +85,11 @@ case $mode in
     # A missing helper: an error naming both places it was looked for.
     mv "$prefix/libexec/hutch/hutch-client" "$tmp/hutch-client"
     expect_error "$prefix/bin/hutch" ls -- "$prefix/bin/hutch-client" \
-      "$prefix/libexec/hutch/hutch-client"
+      "$prefix/libexec/hutch/hutch-client" "No such file or directory"
     mv "$prefix/libexec/hutch/hutchd-zygote" "$tmp/hutchd-zygote"
     expect_error "$prefix/bin/hutchd" --socket "$tmp/hutchd.sock" --state-dir "$tmp/state" -- \
-      "$prefix/bin/hutchd-zygote" "$prefix/libexec/hutch/hutchd-zygote"
+      "$prefix/bin/hutchd-zygote" "$prefix/libexec/hutch/hutchd-zygote" \
+      "No such file or directory"
     ;;
   demo)
     ((EUID == 0)) || skip "needs root (the demo creates real sandboxes)"
