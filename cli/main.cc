@@ -382,7 +382,7 @@ int layers_gc(const std::string& state_dir) {
   return 0;
 }
 
-// The verbs that talk to hutchd are served by hutch-client, installed next to this binary: it
+// The verbs that talk to hutchd are served by the helper hutch-client (helper_path): it
 // links cpp-httplib, which exists only as a shared library, and hutch stays static.
 constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
                                              "rm",     "pause", "resume",  "logs"};
@@ -399,16 +399,30 @@ bool is_client_verb(const char* arg) {
   return std::ranges::find(kClientVerbs, std::string_view(arg)) != std::end(kClientVerbs);
 }
 
-// Replaces this process with the companion executable `name` installed next to this binary
-// (same argv); returns only on failure. `serves` says what it is for, in the error.
+// A helper executable of hutch's: beside this binary in the build tree (build/hutch-client), or
+// in PREFIX/libexec/hutch/ once installed as PREFIX/bin/hutch. The first of the two that exists.
+Result<std::string> helper_path(std::string_view name) {
+  std::error_code error;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return sys_error("readlink", "/proc/self/exe", error.value());
+  std::filesystem::path beside = self.parent_path() / name;
+  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
+  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
+  for (const std::filesystem::path& candidate : {beside, installed}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (errno != ENOENT) err = errno;
+  }
+  return sys_error("access",
+                   std::string(name) + " at " + beside.string() + " or " + installed.string(), err);
+}
+
+// Replaces this process with the helper executable `name` (same argv); returns only on
+// failure. `serves` says what it is for, in the error.
 int exec_companion(char** argv, std::string_view name, std::string_view serves) {
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n < 0) return fail(sys_error("readlink", "/proc/self/exe").error());
-  std::string path(self, static_cast<size_t>(n));
-  path = path.substr(0, path.rfind('/') + 1) + std::string(name);
-  ::execv(path.c_str(), argv);
-  return fail(sys_error("execv", path + " (it serves " + std::string(serves) + ")").error());
+  auto path = helper_path(name);
+  if (!path) return fail(path.error());
+  ::execv(path->c_str(), argv);
+  return fail(sys_error("execv", *path + " (it serves " + std::string(serves) + ")").error());
 }
 
 int info(bool json) {

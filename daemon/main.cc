@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <expected>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -35,12 +37,22 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// hutchd-zygote is built and installed beside hutchd.
-std::string zygote_binary() {
+// hutchd-zygote: beside hutchd in the build tree (build/daemon/), or in PREFIX/libexec/hutch/ once
+// installed as PREFIX/bin/hutchd. The first of the two that exists.
+std::expected<std::string, std::string> zygote_binary() {
   std::error_code error;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return "hutchd-zygote";
-  return self.parent_path() / "hutchd-zygote";
+  if (error) return std::unexpected("readlink(/proc/self/exe): " + error.message());
+  std::filesystem::path beside = self.parent_path() / "hutchd-zygote";
+  std::filesystem::path installed =
+      self.parent_path().parent_path() / "libexec/hutch/hutchd-zygote";
+  int err = ENOENT;  // the more telling errno: EACCES on a zygote that is there
+  for (const std::filesystem::path& candidate : {beside, installed}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (errno != ENOENT) err = errno;
+  }
+  return std::unexpected("access(hutchd-zygote at " + beside.string() + " or " +
+                         installed.string() + "): " + std::strerror(err));
 }
 
 }  // namespace
@@ -152,7 +164,9 @@ int main(int argc, char** argv) {
     return fail("chmod " + state_dir + ": " + std::strerror(errno));
 
   // Before any thread exists (spdlog's stderr logger starts none): fork is safe only then.
-  auto zygote = Zygote::start(zygote_binary());
+  auto zygote_path = zygote_binary();
+  if (!zygote_path) return fail(zygote_path.error());
+  auto zygote = Zygote::start(*zygote_path);
   if (!zygote) return fail(zygote.error().message());
   // Every connection is a descriptor, and the soft limit is 1024 under systemd: raise it to the
   // hard limit (after the zygote started, so sandboxes keep the default), else a full

@@ -10,10 +10,15 @@ cd "$(dirname "$0")/.."
 build=${HUTCH_BUILD_DIR:-build}
 [[ $build == /* ]] || build=$PWD/$build
 
-hutch=$build/hutch
-hutchd=$build/daemon/hutchd
+if [[ -n ${HUTCH_PREFIX:-} ]]; then  # an installed hutch (tests/install)
+  hutch=$HUTCH_PREFIX/bin/hutch
+  hutchd=$HUTCH_PREFIX/bin/hutchd
+else
+  hutch=$build/hutch
+  hutchd=$build/daemon/hutchd
+fi
 work=$(mktemp -d /tmp/hutch-demo.XXXXXX)
-artifacts=$build/demo-artifacts
+artifacts=${HUTCH_DEMO_ARTIFACTS:-$build/demo-artifacts}
 export HUTCH_SOCKET=$work/hutchd.sock
 daemon=
 sandbox=
@@ -47,7 +52,7 @@ timed() {
 }
 
 step "start hutchd (unix socket, state dir in a temp dir)" \
-  "hutchd --socket $HUTCH_SOCKET --state-dir $work/state --destroy-on-exit"
+  "$hutchd --socket $HUTCH_SOCKET --state-dir $work/state --destroy-on-exit"
 "$hutchd" --socket "$HUTCH_SOCKET" --state-dir "$work/state" --destroy-on-exit \
   2>"$work/hutchd.log" &
 daemon=$!

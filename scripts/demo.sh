@@ -5,7 +5,9 @@
 # `python3 -m json.tool`, downloads it to the host, and deletes the sandbox: always, even when a
 # step fails. Prints each step with its timing. Builds first (scripts/setup.sh); the workflow
 # itself is scripts/demo-workflow.sh.
+# HUTCH_PREFIX=DIR runs it with an installed hutch (DIR/bin/hutch and hutchd), without setup
+# (tests/install does); HUTCH_DEMO_ARTIFACTS=DIR puts the artifact there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+[[ -n ${HUTCH_PREFIX:-} ]] || ./scripts/setup.sh
 exec ./scripts/demo-workflow.sh

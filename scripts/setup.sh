@@ -6,7 +6,10 @@
 # each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
 # streams (layer export/load, OCI and docker image import) with gzip/zstd; clang-16 and
 # libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
-# oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt).
+# oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
+# systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
+# computes the package's Depends with them (tests/install).
+# Builds with warnings as errors (HUTCH_WERROR, off for packagers' builds).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +22,7 @@ packages=(
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux
   clang-16 libclang-rt-16-dev
+  systemd dpkg-dev file
 )
 
 missing=()
@@ -33,5 +37,6 @@ fi
 
 build_dir=${HUTCH_BUILD_DIR:-build}
 build_type=${HUTCH_BUILD_TYPE:-RelWithDebInfo}
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" ${HUTCH_CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DHUTCH_WERROR=ON \
+  ${HUTCH_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" -j"$(nproc)"
