@@ -73,6 +73,11 @@ mountpoint -q /dev || mount -t devtmpfs devtmpfs /dev || die "mount /dev"
 # In case the kernel found no /dev/console to hand us: the console is where the host reads results.
 exec </dev/console >/dev/console 2>&1
 mkdir -p /dev/pts /dev/shm
+# What udev makes on a host; bash's process substitution opens /dev/fd/N.
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts || die "mount /dev/pts"
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm || die "mount /dev/shm"
 # /run (and /tmp, off disk) become tmpfs mounts of their own, keeping what the archive put there.

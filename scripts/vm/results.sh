@@ -64,7 +64,9 @@ for name in "${names[@]}"; do
     's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+)$/\1 \2/p' <<<"$section" |
     tail -n1) || true
   if [[ -n ${ct_total:-} ]]; then
-    skip=$(grep -cE '^[[:space:]]*[0-9]+ - .* \(Skipped\)$' <<<"$section" || true)
+    # ctest lists them after its summary (a test's own output may quote such lines).
+    skip=$(awk '/^[0-9]+% tests passed, / { n = 0 } /^[[:space:]]*[0-9]+ - .* \(Skipped\)$/ { n++ }
+      END { print n + 0 }' <<<"$section")
     ran=$ct_total pass=$((ct_total - ct_fail - skip))
   fi
   if [[ -z $rc ]]; then
@@ -127,7 +129,8 @@ echo "===== results ====="
 for l in "${lines[@]}"; do say "$l"; done
 ((total_skip == 0)) || say "note: $total_skip tests skipped although HUTCH_MUST_WORK=1"
 guest_up=$(sed -nE 's/^hutch-vm: done, up ([0-9.]+) s$/\1/p' "$text")
-guest_boot=$(sed -nE 's/^hutch-vm: kernel .*; up ([0-9.]+) s$/\1/p' "$text")
+# The guest's first line may follow SeaBIOS's "Booting from ROM.." on the same line.
+guest_boot=$(sed -nE 's/^.*hutch-vm: kernel .*; up ([0-9.]+) s$/\1/p' "$text")
 times="budget ${budget} s"
 [[ -z $guest_boot ]] || times+="; tests started at guest uptime $guest_boot s"
 [[ -z $guest_up ]] || times+="; guest uptime at poweroff $guest_up s"

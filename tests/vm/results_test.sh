@@ -53,6 +53,19 @@ HUTCH-VM-RESULT ctest-suite.sh 0
 HUTCH-VM-DONE
 LOG
 
+expect "skips quoted in a failed test's output are not skips" 1 "2 passed, 1 failed" 0 \
+  ctest-suite.sh <<'LOG'
+HUTCH-VM-BEGIN ctest-suite.sh
+  3/3 Test   #3: A.Quotes ....***Failed    0.10 sec
+The following tests did not run:
+	  9 - Other.Skips (Skipped)
+
+67% tests passed, 1 tests failed out of 3
+
+HUTCH-VM-RESULT ctest-suite.sh 8
+HUTCH-VM-DONE
+LOG
+
 expect "ctest passed but exited non-zero" 1 "4 passed, 1 failed" 0 ctest-suite.sh <<'LOG'
 HUTCH-VM-BEGIN ctest-suite.sh
 100% tests passed, 0 tests failed out of 4
