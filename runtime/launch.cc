@@ -76,7 +76,7 @@ Result<void> prepare_upper_dir(const SandboxSpec& spec) {
 // runtime/fs/overlay.h), over lower trees idmapped through the child's user namespace (host
 // root's files appear as the sandbox root's).
 Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
-                       int sync_fd, UniqueFd& upper_dir) {
+                       Launched& launched) {
   auto userns = open_userns(pid);
   if (!userns) return std::unexpected(userns.error());
   std::vector<UniqueFd> trees;
@@ -105,17 +105,18 @@ Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skelet
   if (!upper_fs) return std::unexpected(upper_fs.error());
   // Opened before the overlay helper attaches the tree (and its namespace takes the attachment
   // away): a live sandbox's supervisor snapshots the upper dir through this fd.
-  upper_dir.reset(openat(upper_fs->get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!upper_dir) return sys_error("openat", "upper (the sandbox's upper layer)");
+  launched.upper.reset(openat(upper_fs->get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!launched.upper) return sys_error("openat", "upper (the sandbox's upper layer)");
   std::vector<int> fds;
   for (const UniqueFd& tree : trees) fds.push_back(tree.get());
   auto overlay = mount_overlay(fds, upper_fs->get());
   if (!overlay) return std::unexpected(overlay.error());
+  launched.overlay_helper = std::move(overlay->helper);
   SyncMessage root{};
   root.kind = SyncMessage::Kind::kRoot;
   root.from = SyncMessage::From::kParent;
-  const int overlay_fd = overlay->get();
-  if (int err = send_sync(sync_fd, root, &overlay_fd, 1))
+  const int overlay_fd = overlay->mount.get();
+  if (int err = send_sync(launched.sync.get(), root, &overlay_fd, 1))
     return sys_error("sendmsg", "the root overlay to the sandbox child", err);
   return {};
 }
@@ -329,7 +330,7 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
 
   if (auto r = write_maps(prepared, init, launched.sync.get()); !r)
     return std::unexpected(r.error());
-  if (auto r = send_root(prepared, skeleton, init, launched.sync.get(), launched.upper); !r)
+  if (auto r = send_root(prepared, skeleton, init, launched); !r)
     return std::unexpected(r.error());
 
   return launched;

@@ -15,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/fs/host_rootfs.h"
 #include "runtime/fs/mount_plan.h"
+#include "runtime/fs/overlay.h"
 #include "runtime/process/child.h"
 #include "runtime/spec.h"
 #include "runtime/unique_fd.h"
@@ -70,6 +71,7 @@ struct Launched {
   std::optional<SandboxProcess> init;
   UniqueFd sync;   // the parent's end of the sync socket
   UniqueFd upper;  // the overlay's upper dir (O_RDONLY), which only the parent can reach
+  OverlayHelper overlay_helper;
 };
 
 // Creates the cgroups (limits written), clone3s the child into its namespaces (it joins its v1

@@ -104,7 +104,22 @@ Result<UniqueFd> make_upper_tmpfs(uint64_t bytes, uid_t owner) {
   return root;
 }
 
-Result<UniqueFd> mount_overlay(std::span<const int> lowers, int upper_fs) {
+OverlayHelper& OverlayHelper::operator=(OverlayHelper&& other) noexcept {
+  if (this != &other) {
+    reap();
+    pid_ = std::exchange(other.pid_, -1);
+  }
+  return *this;
+}
+
+void OverlayHelper::reap() {
+  if (pid_ <= 0) return;
+  while (waitpid(pid_, nullptr, __WALL) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+Result<MountedOverlay> mount_overlay(std::span<const int> lowers, int upper_fs) {
   if (lowers.empty() || lowers.size() > kMaxPassedFds)
     return plain_error("overlay", "between 1 and " + std::to_string(kMaxPassedFds) +
                                       " lower layers, not " + std::to_string(lowers.size()));
@@ -122,24 +137,21 @@ Result<UniqueFd> mount_overlay(std::span<const int> lowers, int upper_fs) {
   void* stack = mmap(nullptr, kHelperStack, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) return sys_error("mmap", "overlay helper stack");
-  // CLONE_VFORK: this thread waits until the helper is gone. CLONE_FILES: the overlay's fd lands
-  // in this process's table. CLONE_NEWNS without CLONE_FS is allowed in a threaded process.
-  const pid_t helper = clone(attach_and_mount, static_cast<char*>(stack) + kHelperStack,
-                             CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWNS | SIGCHLD, &job);
+  // CLONE_VFORK: this thread goes on once the helper has released the shared memory (at its
+  // exit, before its namespaces are torn down), so the job and the stack are done with.
+  // CLONE_FILES: the overlay's fd lands in this process's table. CLONE_NEWNS without CLONE_FS is
+  // allowed in a threaded process.
+  const pid_t pid = clone(attach_and_mount, static_cast<char*>(stack) + kHelperStack,
+                          CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWNS | SIGCHLD, &job);
   const int clone_errno = errno;
-  int status = 0;
-  if (helper > 0) {
-    while (waitpid(helper, &status, __WALL) < 0 && errno == EINTR) {
-    }
-  }
   munmap(stack, kHelperStack);
-  if (helper < 0) return sys_error("clone", "CLONE_NEWNS overlay helper", clone_errno);
-  UniqueFd overlay(job.overlay);
-  if (!overlay) {
+  if (pid < 0) return sys_error("clone", "CLONE_NEWNS overlay helper", clone_errno);
+  MountedOverlay mounted{UniqueFd(job.overlay), OverlayHelper(pid)};
+  if (!mounted.mount) {
     if (job.step == nullptr) return plain_error("overlay", "the overlay helper died");
     return sys_error(job.step, job.detail, job.err);
   }
-  return overlay;
+  return mounted;
 }
 
 }  // namespace hutch

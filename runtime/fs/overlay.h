@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "runtime/error.h"
 #include "runtime/unique_fd.h"
@@ -26,6 +27,26 @@ namespace hutch {
 // owns its "/" and whatever it creates is charged to this tmpfs.
 Result<UniqueFd> make_upper_tmpfs(uint64_t bytes, uid_t owner);
 
+// The helper process of mount_overlay, reaped when this goes: its mount namespace's teardown
+// (umounts, then an RCU grace period: ~0.1-0.2 ms) runs meanwhile, off the start path.
+class OverlayHelper {
+ public:
+  OverlayHelper() = default;
+  explicit OverlayHelper(pid_t pid) : pid_(pid) {}
+  OverlayHelper(OverlayHelper&& other) noexcept : pid_(std::exchange(other.pid_, -1)) {}
+  OverlayHelper& operator=(OverlayHelper&& other) noexcept;
+  ~OverlayHelper() { reap(); }
+
+ private:
+  void reap();
+  pid_t pid_ = -1;
+};
+
+struct MountedOverlay {
+  UniqueFd mount;
+  OverlayHelper helper;
+};
+
 // The overlay as a detached mount (nosuid, nodev): `lowers` are mount fds, topmost first;
 // `upper_fs` is a mount fd of a tree holding `upper` and `work` (make_upper_tmpfs, or a host
 // directory's tree). Linux 6.1's overlayfs takes its layers only from mounts attached in the
@@ -33,6 +54,6 @@ Result<UniqueFd> make_upper_tmpfs(uint64_t bytes, uid_t owner);
 // process's memory and fd table, in a mount namespace of its own, attaches them on a private
 // tmpfs and makes the overlay there; the overlay keeps private clones of its layers, and the
 // helper's namespace goes with it.
-Result<UniqueFd> mount_overlay(std::span<const int> lowers, int upper_fs);
+Result<MountedOverlay> mount_overlay(std::span<const int> lowers, int upper_fs);
 
 }  // namespace hutch

@@ -289,7 +289,11 @@ TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
   }
-  EXPECT_NE(daemon_->log().find("cgroup sweep: removed 1 "), std::string::npos) << daemon_->log();
+  // The dirs go before the sweep logs it.
+  EXPECT_TRUE(wait_until(
+      [&] { return daemon_->log().find("cgroup sweep: removed 1 ") != std::string::npos; },
+      std::chrono::seconds(5)))
+      << daemon_->log();
   // The parents are this test's to remove (nothing else is in them).
   for (const std::string& dir : dirs) ::rmdir(std::filesystem::path(dir).parent_path().c_str());
 }
