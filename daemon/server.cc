@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "daemon/errors.h"

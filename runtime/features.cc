@@ -109,12 +109,12 @@ std::vector<Feature> probe_features() {
   const auto [major, minor] = kernel_version(host.release);
   const std::string floor =
       std::to_string(kMinimumKernel[0]) + "." + std::to_string(kMinimumKernel[1]);
-  features.push_back({"kernel",
-                      major > kMinimumKernel[0] ||
-                          (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]),
-                      std::string("Linux ") + host.release + "; minimum " + floor,
-                      "every guarantee is tested on Linux " + floor +
-                          " and later; older kernels lack the facilities below"});
+  features.push_back(
+      {"kernel",
+       major > kMinimumKernel[0] || (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]),
+       std::string("Linux ") + host.release + "; minimum " + floor,
+       "every guarantee is tested on Linux " + floor +
+           " and later; older kernels lack the facilities below"});
   features.push_back(from_errno("user namespaces",
                                 in_child([] { return unshare(CLONE_NEWUSER) == 0 ? 0 : errno; }),
                                 "every sandbox (3.8; unprivileged mapping of host ids)"));

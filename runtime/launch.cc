@@ -176,10 +176,10 @@ Result<void> check_kernel() {
   const auto [major, minor] = kernel_version(release);
   if (major > kMinimumKernel[0] || (major == kMinimumKernel[0] && minor >= kMinimumKernel[1]))
     return {};
-  return plain_error("kernel", "Linux " + release + " is older than " +
-                                   std::to_string(kMinimumKernel[0]) + "." +
-                                   std::to_string(kMinimumKernel[1]) +
-                                   ", the oldest hutch supports (`hutch info` lists what it lacks)");
+  return plain_error(
+      "kernel", "Linux " + release + " is older than " + std::to_string(kMinimumKernel[0]) + "." +
+                    std::to_string(kMinimumKernel[1]) +
+                    ", the oldest hutch supports (`hutch info` lists what it lacks)");
 }
 
 }  // namespace
@@ -330,8 +330,7 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
 
   if (auto r = write_maps(prepared, init, launched.sync.get()); !r)
     return std::unexpected(r.error());
-  if (auto r = send_root(prepared, skeleton, init, launched); !r)
-    return std::unexpected(r.error());
+  if (auto r = send_root(prepared, skeleton, init, launched); !r) return std::unexpected(r.error());
 
   return launched;
 }

@@ -32,8 +32,8 @@ struct Prepared {
   // A network namespace made ahead with lo up (make_loopback_netns), for NetMode::kLoopback:
   // the caller joins it and the child is created in it, without CLONE_NEWNET.
   UniqueFd prebuilt_netns;
-  std::vector<std::string> layers;      // spec.layers, canonical: above the skeleton
-  std::vector<std::string> lowers;      // host directories, below the skeleton
+  std::vector<std::string> layers;  // spec.layers, canonical: above the skeleton
+  std::vector<std::string> lowers;  // host directories, below the skeleton
   MountPlan mounts;
   ChildPlan child;
   std::vector<std::string> path_dirs;

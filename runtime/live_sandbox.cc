@@ -429,9 +429,10 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
         attachments.push_back(std::move(conn));
         continue;
       }
-      const std::string reply = request.starts_with("snapshot ")
-                                    ? snapshot(launched->cgroup, launched->upper.get(), request.substr(9))
-                                    : answer(launched->cgroup, request);
+      const std::string reply =
+          request.starts_with("snapshot ")
+              ? snapshot(launched->cgroup, launched->upper.get(), request.substr(9))
+              : answer(launched->cgroup, request);
       (void)!send(conn.get(), reply.data(), reply.size(), MSG_NOSIGNAL);
     }
   }

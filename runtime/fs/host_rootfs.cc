@@ -235,7 +235,8 @@ Result<UniqueFd> SkeletonCache::take(uid_t owner) {
   if (!fresh(owner)) {
     if (auto r = rebuild(owner); !r) return std::unexpected(r.error());
   }
-  UniqueFd copy(open_tree(skeleton_.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+  UniqueFd copy(
+      open_tree(skeleton_.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
   if (!copy) {
     if (errno != EINVAL) return sys_error("open_tree", "OPEN_TREE_CLONE of the cached skeleton");
     clone_unsupported_ = true;

@@ -78,11 +78,11 @@ TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
   // A setsid'd, double-forked grandchild that keeps appending to a host file.
   // The workload waits for the grandchild's first tick, so that the timeout (long enough for a
   // slow machine such as the qemu VM to get there) fires while it runs.
-  auto r = hutch({"run", "--timeout", "2s", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
-                  "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec "
-                  "sleep 1000 " +
-                      marker +
-                      "' & while [ ! -e /out/ticks ]; do sleep 0.01; done; exec sleep 1000"});
+  auto r =
+      hutch({"run", "--timeout", "2s", "--bind", dir + ":/out:rw", "--", "/bin/sh", "-c",
+             "setsid sh -c '(while true; do echo tick >> /out/ticks; sleep 0.05; done) & exec "
+             "sleep 1000 " +
+                 marker + "' & while [ ! -e /out/ticks ]; do sleep 0.01; done; exec sleep 1000"});
   EXPECT_EQ(r.exit_code, 124) << r.err;
   EXPECT_LT(r.elapsed.count(), 6000);
   ASSERT_TRUE(fs::exists(dir + "/ticks")) << "the grandchild never ran";
@@ -213,7 +213,8 @@ TEST(Process, InfoReportsEveryFeature) {
   }
   for (const auto& feature : info["features"])
     EXPECT_FALSE(feature["needed_for"].get<std::string>().empty()) << feature.dump();
-  EXPECT_NE(info["features"][0]["detail"].get<std::string>().find("minimum 6.1"), std::string::npos);
+  EXPECT_NE(info["features"][0]["detail"].get<std::string>().find("minimum 6.1"),
+            std::string::npos);
   if (geteuid() == 0) {
     EXPECT_EQ(r.exit_code, 0) << r.out;
     for (const auto& feature : info["features"])
