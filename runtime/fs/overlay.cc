@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 
@@ -21,6 +22,8 @@ namespace {
 // lowerdir option under fsconfig's 256-byte string limit for every layer count allowed.
 constexpr const char* kScratch = "/tmp";
 constexpr size_t kHelperStack = 64 * 1024;
+
+std::string fd_path(int fd) { return "/proc/self/fd/" + std::to_string(fd); }
 
 // Everything the helper needs, formatted before the clone: the helper shares this process's
 // memory (CLONE_VM) and must not allocate (another thread may hold malloc's lock).
@@ -35,6 +38,36 @@ struct OverlayJob {
   const char* detail = nullptr;
   int err = 0;
 };
+
+// fsopen/fsconfig/fsmount of the overlay (nosuid, nodev); the fd, or -1 with errno and *step set.
+// Only syscalls: the helper runs it too.
+int make_overlay(const char* lowerdir, const char* upperdir, const char* workdir,
+                 const char** step) {
+  const int context = fsopen("overlay", FSOPEN_CLOEXEC);
+  if (context < 0) {
+    *step = "fsopen";
+    return -1;
+  }
+  int overlay = -1;
+  if (fsconfig(context, FSCONFIG_SET_STRING, "lowerdir", lowerdir, 0) != 0 ||
+      fsconfig(context, FSCONFIG_SET_STRING, "upperdir", upperdir, 0) != 0 ||
+      fsconfig(context, FSCONFIG_SET_STRING, "workdir", workdir, 0) != 0) {
+    *step = "fsconfig";
+  } else if (fsconfig(context, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    *step = "fsconfig(FSCONFIG_CMD_CREATE)";
+  } else {
+    overlay = fsmount(context, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (overlay < 0) *step = "fsmount";
+  }
+  const int err = errno;
+  close(context);
+  errno = err;
+  return overlay;
+}
+
+// Whether overlayfs takes detached mounts as layers (newer kernels; 6.1 refuses them): learnt at
+// the first overlay of this process, so each start pays for at most one refused attempt.
+std::atomic<bool> layers_must_be_attached{false};
 
 int fail(OverlayJob* job, const char* step, const char* detail) {
   job->step = step;
@@ -61,20 +94,9 @@ int attach_and_mount(void* arg) {
   if (move_mount(job->upper_fs, "", AT_FDCWD, "/tmp/u", MOVE_MOUNT_F_EMPTY_PATH) != 0)
     return fail(job, "move_mount", "the upper layer (overlay helper)");
 
-  const int context = fsopen("overlay", FSOPEN_CLOEXEC);
-  if (context < 0) return fail(job, "fsopen", "overlay");
-  int rc = fsconfig(context, FSCONFIG_SET_STRING, "lowerdir", job->lowerdir, 0);
-  if (rc == 0) rc = fsconfig(context, FSCONFIG_SET_STRING, "upperdir", "/tmp/u/upper", 0);
-  if (rc == 0) rc = fsconfig(context, FSCONFIG_SET_STRING, "workdir", "/tmp/u/work", 0);
-  if (rc != 0) {
-    fail(job, "fsconfig", "overlay lowerdir/upperdir/workdir");
-  } else if (fsconfig(context, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-    fail(job, "fsconfig(FSCONFIG_CMD_CREATE)", "overlay (see dmesg for overlayfs's reason)");
-  } else {
-    job->overlay = fsmount(context, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    if (job->overlay < 0) fail(job, "fsmount", "overlay");
-  }
-  close(context);
+  job->overlay = make_overlay(job->lowerdir, "/tmp/u/upper", "/tmp/u/work", &job->step);
+  if (job->overlay < 0)
+    return fail(job, job->step, "the root overlay (see dmesg for overlayfs's reason)");
   return job->overlay < 0 ? 1 : 0;
 }
 
@@ -123,6 +145,19 @@ Result<MountedOverlay> mount_overlay(std::span<const int> lowers, int upper_fs) 
   if (lowers.empty() || lowers.size() > kMaxPassedFds)
     return plain_error("overlay", "between 1 and " + std::to_string(kMaxPassedFds) +
                                       " lower layers, not " + std::to_string(lowers.size()));
+  if (!layers_must_be_attached.load(std::memory_order_relaxed)) {
+    // The layers as they are, through this process's fds: no helper, no mount namespace.
+    std::string lowerdir;
+    for (int fd : lowers) lowerdir += (lowerdir.empty() ? "" : ":") + fd_path(fd);
+    const std::string upper = fd_path(upper_fs);
+    const char* step = nullptr;
+    UniqueFd overlay(make_overlay(lowerdir.c_str(), (upper + "/upper").c_str(),
+                                  (upper + "/work").c_str(), &step));
+    if (overlay) return MountedOverlay{std::move(overlay), OverlayHelper()};
+    if (errno != EINVAL)
+      return sys_error(step, "the root overlay (see dmesg for overlayfs's reason)");
+    layers_must_be_attached.store(true, std::memory_order_relaxed);
+  }
   OverlayJob job;
   job.lowers = lowers.data();
   job.lower_count = lowers.size();

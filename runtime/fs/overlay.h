@@ -49,11 +49,12 @@ struct MountedOverlay {
 
 // The overlay as a detached mount (nosuid, nodev): `lowers` are mount fds, topmost first;
 // `upper_fs` is a mount fd of a tree holding `upper` and `work` (make_upper_tmpfs, or a host
-// directory's tree). Linux 6.1's overlayfs takes its layers only from mounts attached in the
-// mounter's mount namespace (clone_private_mount), so a short-lived helper sharing this
-// process's memory and fd table, in a mount namespace of its own, attaches them on a private
+// directory's tree). Newer kernels take the detached mounts as layers through /proc/self/fd.
+// Linux 6.1's overlayfs takes them only from mounts attached in the mounter's mount namespace
+// (clone_private_mount: EINVAL), so there, learnt once per process, a short-lived helper sharing
+// this process's memory and fd table, in a mount namespace of its own, attaches them on a private
 // tmpfs and makes the overlay there; the overlay keeps private clones of its layers, and the
-// helper's namespace goes with it.
+// helper's namespace goes with it (MountedOverlay::helper).
 Result<MountedOverlay> mount_overlay(std::span<const int> lowers, int upper_fs);
 
 }  // namespace hutch
