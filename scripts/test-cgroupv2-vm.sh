@@ -306,7 +306,7 @@ stage_packages() {
   # /etc comes whole from the copy below: the packages' /etc files hard-linked above go first, or
   # tar -x unlinking them would change the host files' ctime while the reading tar reads them
   # ("file changed as we read it", exit 1).
-  rm -rf "$root/etc"
+  find "$root/etc" -type f -links +1 -delete
   tar -C / -cf - --exclude=etc/shadow --exclude=etc/shadow- --exclude=etc/gshadow \
     --exclude=etc/gshadow- --exclude=etc/ssh --exclude=etc/ssl/private \
     --exclude=etc/apt/auth.conf --exclude=etc/apt/auth.conf.d etc | tar -C "$root" -xf - ||
