@@ -3,8 +3,10 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -80,14 +82,41 @@ Result<nlohmann::json> read_json(const std::string& path) {
   }
 }
 
+// An image file named by the image itself (a manifest's layer path, a blob), opened beneath the
+// image's directory: symlinks in an unpacked archive (docker save links duplicate layers) may
+// point within it, never out of it, so no host file can pass for a layer. Kept open, and read
+// through /proc/self/fd, so what was checked is what is read.
+struct ImageFile {
+  UniqueFd fd;
+  std::string path;  // /proc/self/fd/N
+};
+
+Result<ImageFile> open_image_file(const std::string& dir, const std::string& relative) {
+  UniqueFd dir_fd(::open(dir.c_str(), kDirFlags));
+  if (!dir_fd) return sys_error("open", dir);
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  UniqueFd fd(
+      static_cast<int>(syscall(SYS_openat2, dir_fd.get(), relative.c_str(), &how, sizeof how)));
+  if (!fd) {
+    if (errno == EXDEV)
+      return plain_error("import", "image file " + relative + " refused: it leads out of " + dir);
+    return sys_error("openat2", dir + "/" + relative + " (RESOLVE_BENEATH)");
+  }
+  std::string path = "/proc/self/fd/" + std::to_string(fd.get());
+  return ImageFile{std::move(fd), std::move(path)};
+}
+
 // blobs/sha256/<hex>, after checking that the blob's content has that digest.
-Result<std::string> blob_path(const std::string& dir, const std::string& digest) {
+Result<ImageFile> open_blob(const std::string& dir, const std::string& digest) {
   if (!digest.starts_with("sha256:")) return plain_error("import", "unsupported digest " + digest);
   auto hex = layers::digest_hex(digest);  // 64 hex: no path tricks
   if (!hex) return std::unexpected(hex.error());
+  auto blob = open_image_file(dir, "blobs/sha256/" + *hex);
+  if (!blob) return std::unexpected(blob.error());
   const std::string path = dir + "/blobs/sha256/" + *hex;
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return sys_error("open", path);
+  const UniqueFd& fd = blob->fd;
   auto hasher = layers::Sha256::create();
   if (!hasher) return std::unexpected(hasher.error());
   std::vector<char> buffer(1 << 16);
@@ -102,7 +131,8 @@ Result<std::string> blob_path(const std::string& dir, const std::string& digest)
     return plain_error("import", "blob " + digest + " has content digest sha256:" + actual +
                                      " (corrupt or tampered image)");
   }
-  return path;
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return sys_error("lseek", path);
+  return blob;
 }
 
 Platform entry_platform(const nlohmann::json& entry) {
@@ -143,18 +173,19 @@ Result<IndexEntry> pick_manifest(const nlohmann::json& manifests, const Platform
 }
 
 struct ImageLayers {
-  std::vector<std::string> paths;  // layer tars, bottom first
-  std::string platform;            // the platform an index named for the manifest taken
+  std::vector<ImageFile> files;  // layer tars, bottom first
+  std::string platform;          // the platform an index named for the manifest taken
 };
 
 // The layers of an image directory: OCI (index.json, through nested indexes to the manifest for
 // `platform`) or docker save (manifest.json's Layers).
 Result<ImageLayers> image_layers(const std::string& dir, const Platform& platform) {
   ImageLayers image;
-  std::vector<std::string>& layer_paths = image.paths;
   try {
     if (::access((dir + "/index.json").c_str(), F_OK) == 0) {
-      auto index = read_json(dir + "/index.json");
+      auto index_file = open_image_file(dir, "index.json");
+      if (!index_file) return std::unexpected(index_file.error());
+      auto index = read_json(index_file->path);
       if (!index) return std::unexpected(index.error());
       nlohmann::json current = *index;
       for (int depth = 0; depth < 4; ++depth) {
@@ -162,21 +193,23 @@ Result<ImageLayers> image_layers(const std::string& dir, const Platform& platfor
         auto entry = pick_manifest(current["manifests"], platform, dir);
         if (!entry) return std::unexpected(entry.error());
         if (!entry->platform.empty()) image.platform = entry->platform;
-        auto path = blob_path(dir, entry->digest);
-        if (!path) return std::unexpected(path.error());
-        auto next = read_json(*path);
+        auto blob = open_blob(dir, entry->digest);
+        if (!blob) return std::unexpected(blob.error());
+        auto next = read_json(blob->path);
         if (!next) return std::unexpected(next.error());
         current = *next;
       }
       if (!current.contains("layers")) return plain_error("import", dir + ": no image manifest");
       for (const auto& layer : current["layers"]) {
-        auto path = blob_path(dir, layer["digest"].get<std::string>());
-        if (!path) return std::unexpected(path.error());
-        layer_paths.push_back(*path);
+        auto blob = open_blob(dir, layer["digest"].get<std::string>());
+        if (!blob) return std::unexpected(blob.error());
+        image.files.push_back(std::move(*blob));
       }
       return image;
     }
-    auto manifest = read_json(dir + "/manifest.json");
+    auto manifest_file = open_image_file(dir, "manifest.json");
+    if (!manifest_file) return std::unexpected(manifest_file.error());
+    auto manifest = read_json(manifest_file->path);
     if (!manifest) return std::unexpected(manifest.error());
     if (!manifest->is_array() || manifest->empty())
       return plain_error("import", dir + "/manifest.json: no image");
@@ -184,7 +217,9 @@ Result<ImageLayers> image_layers(const std::string& dir, const Platform& platfor
       std::string relative = layer.get<std::string>();
       if (relative.starts_with("/") || relative.find("..") != std::string::npos)
         return plain_error("import", "layer path " + relative + " refused");
-      layer_paths.push_back(dir + "/" + relative);
+      auto file = open_image_file(dir, relative);
+      if (!file) return std::unexpected(file.error());
+      image.files.push_back(std::move(*file));
     }
     return image;
   } catch (const nlohmann::json::exception& e) {
@@ -196,8 +231,8 @@ Result<ImageLayers> image_layers(const std::string& dir, const Platform& platfor
 Result<std::string> apply_layers(const std::string& dir, int root_fd, const Platform& platform) {
   auto image = image_layers(dir, platform);
   if (!image) return std::unexpected(image.error());
-  for (const std::string& path : image->paths) {
-    if (auto done = extract_file(path, root_fd, Whiteouts::kApply); !done)
+  for (const ImageFile& layer : image->files) {
+    if (auto done = extract_file(layer.path, root_fd, Whiteouts::kApply); !done)
       return std::unexpected(done.error());
   }
   return image->platform;

@@ -791,6 +791,44 @@ with tarfile.open(")PY" +
   EXPECT_FALSE(fs::exists(state + "/images/bad"));
 }
 
+// An image's manifest names its layers; a name that leads out of the unpacked image through a
+// symlink member (docker save links duplicate layers inside the archive, never outside) must not
+// make a host tar a layer of the image.
+TEST_F(ImageTest, LayerPathsCannotLeadOutOfTheImage) {
+  fs::create_directories(path("host"));
+  python(R"PY(
+import io, json, tarfile
+def tar_of(name, data):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        info = tarfile.TarInfo(name); info.size = len(data); t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+open(")PY" + path("host/layer.tar") + R"PY(", "wb").write(tar_of("host-secret", b"secret\n"))
+with tarfile.open(")PY" + path("evil.tar") + R"PY(", "w") as t:
+    link = tarfile.TarInfo("l1"); link.type = tarfile.SYMTYPE; link.linkname = ")PY" +
+         path("host") + R"PY("; t.addfile(link)
+    data = json.dumps([{"Config": "c.json", "Layers": ["l1/layer.tar"]}]).encode()
+    info = tarfile.TarInfo("manifest.json"); info.size = len(data); t.addfile(info, io.BytesIO(data))
+# The same archive with the link pointing inside it is a docker save of a duplicate layer: fine.
+with tarfile.open(")PY" + path("dup.tar") + R"PY(", "w") as t:
+    data = tar_of("inner", b"inner\n")
+    info = tarfile.TarInfo("l0/layer.tar"); info.size = len(data); t.addfile(info, io.BytesIO(data))
+    link = tarfile.TarInfo("l1"); link.type = tarfile.SYMTYPE; link.linkname = "l0"; t.addfile(link)
+    data = json.dumps([{"Config": "c.json", "Layers": ["l1/layer.tar"]}]).encode()
+    info = tarfile.TarInfo("manifest.json"); info.size = len(data); t.addfile(info, io.BytesIO(data))
+)PY");
+  const std::string state = path("state");
+  CommandResult evil =
+      hutch({"--state-dir", state, "image", "import", path("evil.tar"), "--name", "evil"});
+  EXPECT_NE(evil.exit_code, 0);
+  EXPECT_NE(evil.err.find("leads out of"), std::string::npos) << evil.err;
+  EXPECT_FALSE(fs::exists(state + "/images/evil/rootfs/host-secret"));
+  CommandResult dup =
+      hutch({"--state-dir", state, "image", "import", path("dup.tar"), "--name", "dup"});
+  ASSERT_EQ(dup.exit_code, 0) << dup.err;
+  EXPECT_EQ(read_file_or_empty(state + "/images/dup/rootfs/inner"), "inner\n");
+}
+
 // A directory's times are set after its contents; a later member that replaced a directory on
 // the way with a symlink must not carry that utimensat out of the tree (tar_fuzzer checks it too).
 TEST_F(ImageTest, DirectoryTimesAreNotSetThroughALaterSymlink) {
