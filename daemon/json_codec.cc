@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "daemon/errors.h"
@@ -316,12 +317,26 @@ json spec_to_json(const SandboxSpec& spec) {
   };
 }
 
+// An integer field of the zygote's wire format, range-checked: get<T>() would convert a float
+// (undefined behaviour beyond T's range: the json_codec fuzzer found "id_count": 6.5e62) or wrap
+// an integer too large for T.
+template <typename T>
+T wire_uint(const json& j, const char* name) {
+  const json& value = j.at(name);
+  const bool non_negative =
+      value.is_number_unsigned() || (value.is_number_integer() && value.get<int64_t>() >= 0);
+  if (!non_negative || value.get<uint64_t>() > std::numeric_limits<T>::max())
+    throw bad_request(std::string(name) + " must be an integer from 0 to " +
+                      std::to_string(std::numeric_limits<T>::max()));
+  return static_cast<T>(value.get<uint64_t>());
+}
+
 SandboxSpec spec_from_json(const json& j) {
   SandboxSpec spec;
   spec.lower_dirs = j.at("lower_dirs").get<std::vector<std::string>>();
   spec.layers = j.at("layers").get<std::vector<std::string>>();
   spec.upper_dir = j.at("upper_dir").get<std::string>();
-  spec.capabilities = j.at("capabilities").get<uint64_t>();
+  spec.capabilities = wire_uint<uint64_t>(j, "capabilities");
   spec.env = j.at("env").get<std::vector<std::string>>();
   spec.workdir = j.at("workdir").get<std::string>();
   spec.hostname = j.at("hostname").get<std::string>();
@@ -330,17 +345,18 @@ SandboxSpec spec_from_json(const json& j) {
     spec.binds.push_back({bind.at("source").get<std::string>(),
                           bind.at("target").get<std::string>(), bind.at("ro").get<bool>()});
   }
-  spec.uid = j.at("uid").get<uid_t>();
-  spec.gid = j.at("gid").get<gid_t>();
-  spec.ids.host_base = j.at("id_base").get<uint32_t>();
-  spec.ids.count = j.at("id_count").get<uint32_t>();
-  spec.disk_bytes = j.at("disk_bytes").get<uint64_t>();
+  spec.uid = wire_uint<uid_t>(j, "uid");
+  spec.gid = wire_uint<gid_t>(j, "gid");
+  spec.ids.host_base = wire_uint<uint32_t>(j, "id_base");
+  spec.ids.count = wire_uint<uint32_t>(j, "id_count");
+  spec.disk_bytes = wire_uint<uint64_t>(j, "disk_bytes");
   const json& limits = j.at("limits");
   if (limits.contains("memory_bytes"))
-    spec.limits.memory_bytes = limits["memory_bytes"].get<uint64_t>();
-  if (limits.contains("pids")) spec.limits.pids = limits["pids"].get<uint64_t>();
+    spec.limits.memory_bytes = wire_uint<uint64_t>(limits, "memory_bytes");
+  if (limits.contains("pids")) spec.limits.pids = wire_uint<uint64_t>(limits, "pids");
   if (limits.contains("cpus")) spec.limits.cpus = limits["cpus"].get<double>();
-  if (limits.contains("cpu_weight")) spec.limits.cpu_weight = limits["cpu_weight"].get<uint32_t>();
+  if (limits.contains("cpu_weight"))
+    spec.limits.cpu_weight = wire_uint<uint32_t>(limits, "cpu_weight");
   spec.cgroup = j.at("cgroup").get<bool>();
   spec.cgroup_parent = j.at("cgroup_parent").get<std::string>();
   spec.sweep_stale_cgroups = j.at("sweep_stale_cgroups").get<bool>();

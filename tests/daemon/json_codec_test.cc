@@ -74,6 +74,28 @@ TEST(JsonCodec, SandboxConfigDefaultsAndRoundTrip) {
   EXPECT_TRUE(wire.lower_dirs.empty());
 }
 
+// The zygote's wire format takes integers only within their type: a float or an integer past
+// the range is refused (get<uint32_t>() of 6.5e62 was undefined behaviour, found by fuzzing).
+TEST(JsonCodec, WireSpecIntegersAreRangeChecked) {
+  const json good =
+      spec_to_json(build_spec(parse_sandbox_config(json::object()), "/var/lib/hutch"));
+  EXPECT_NO_THROW(spec_from_json(good));
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"id_count", 6.56e62},
+                                                 {"id_count", 4294967296ull},
+                                                 {"uid", -1},
+                                                 {"gid", 1.5},
+                                                 {"id_base", "1000"},
+                                                 {"disk_bytes", -5}}) {
+    json bad = good;
+    bad[key] = value;
+    EXPECT_THROW(spec_from_json(bad), ApiError) << key << "=" << value.dump();
+  }
+  json bad_limits = good;
+  bad_limits["limits"]["pids"] = 1e300;
+  EXPECT_THROW(spec_from_json(bad_limits), ApiError);
+}
+
 TEST(JsonCodec, EnvironmentMergeOrder) {
   auto env = exec_environment({{"A", "sandbox"}, {"HOME", "/home/x"}}, {{"A", "request"}});
   EXPECT_NE(std::find(env.begin(), env.end(), "A=request"), env.end());
