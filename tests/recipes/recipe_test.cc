@@ -394,7 +394,8 @@ TEST_F(RecipeTest, KillDuringBakeLeavesNoLayer) {
     return std::ranges::any_of(recipe_copies(),
                                [&](const std::string& name) { return name.starts_with(killed); });
   };
-  EXPECT_TRUE(has_killed_copy());
+  // Whether it is still there now depends on other bakes of this host (ctest -j runs recipe
+  // tests side by side, and any bake removes dead bakes' copies): after one more, it is gone.
   build_ok(recipe("next", "true\n"), "next");
   EXPECT_FALSE(has_killed_copy());
 }
