@@ -17,4 +17,8 @@ std::unexpected<Error> plain_error(std::string_view step, std::string detail) {
   return std::unexpected(Error{std::string(step), std::move(detail), 0});
 }
 
+std::unexpected<Error> kind_error(ErrorKind kind, std::string_view step, std::string detail) {
+  return std::unexpected(Error{std::string(step), std::move(detail), 0, kind});
+}
+
 }  // namespace hutch
