@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/spec.h"
 
 namespace hutch::cli {

@@ -24,8 +24,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "runtime/error.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::daemon {
 

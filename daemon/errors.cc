@@ -2,6 +2,26 @@
 
 namespace hutch::daemon {
 
+int http_status(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalid:
+      return 400;
+    case ErrorKind::kNotFound:
+      return 404;
+    case ErrorKind::kConflict:
+      return 409;
+    case ErrorKind::kUnsupported:
+      return 501;
+    case ErrorKind::kFailure:
+      break;
+  }
+  return 500;
+}
+
+ApiError api_error(const service::ServiceError& error) {
+  return ApiError(http_status(error.kind), error.code, error.message);
+}
+
 ApiError fs_failure(const files::FsError& error) {
   using files::Errc;
   switch (error.code) {

@@ -7,7 +7,8 @@
 #include <exception>
 #include <string>
 
-#include "runtime/error.h"
+#include "daemon/service/error.h"
+#include "runtime/base/error.h"
 #include "runtime/files/sandbox_fs.h"
 
 namespace hutch::daemon {
@@ -31,10 +32,13 @@ inline ApiError sandbox_not_found(const std::string& id) {
 inline ApiError process_not_found(const std::string& pid) {
   return ApiError(404, "process_not_found", "no background process " + pid);
 }
-// A runtime failure: 500 with the runtime's own message (syscall, argument, errno).
-inline ApiError runtime_failure(const Error& error) {
-  return ApiError(500, "runtime_error", error.message());
-}
+// The one mapping of error kinds to HTTP statuses: invalid 400, not found 404, conflict 409,
+// unsupported 501, failure 500. The code and message are the service's.
+int http_status(ErrorKind kind);
+ApiError api_error(const service::ServiceError& error);
+// A runtime failure: the status of its kind, with the runtime's own message (syscall, argument,
+// errno).
+inline ApiError runtime_failure(const Error& error) { return api_error(service::from_runtime(error)); }
 // A files::FsError: the code is errc_name() (too_large is reported as payload_too_large and io
 // as io_error), with the HTTP status of its family.
 ApiError fs_failure(const files::FsError& error);

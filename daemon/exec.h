@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/live_sandbox.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::daemon {
 

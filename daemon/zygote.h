@@ -19,10 +19,10 @@
 #include <optional>
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/live_sandbox.h"
 #include "runtime/spec.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::daemon {
 

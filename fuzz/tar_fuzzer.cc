@@ -19,7 +19,7 @@
 #include <string>
 
 #include "cli/image/tar_tree.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/pidfd.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 namespace {

@@ -22,7 +22,7 @@
 #include "runtime/layers/tree_copy.h"
 #include "runtime/process/exec_protocol.h"
 #include "runtime/process/pidfd.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/process/sync.h"
 
 namespace hutch {

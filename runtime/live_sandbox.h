@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "runtime/cgroup/stats.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/spec.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

@@ -19,7 +19,7 @@
 #include "runtime/launch.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/process/sync.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 namespace {

@@ -1,7 +1,7 @@
 // Running a workload in a fresh sandbox: the parent's side of the lifecycle.
 #pragma once
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/spec.h"
 
 namespace hutch {

@@ -3,7 +3,7 @@
 
 #include <string_view>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/security/seccomp.h"
 
 namespace hutch {

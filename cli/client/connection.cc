@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "cli/client/request.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::client {
 namespace {

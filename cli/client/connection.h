@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::client {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "cli/client/verbs.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::client {
 namespace {

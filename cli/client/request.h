@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::client {
 

@@ -15,8 +15,8 @@
 #include "runtime/layers/names.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/process/proc_stat.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/proc_stat.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {

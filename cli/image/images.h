@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/layer_store.h"
 
 namespace hutch::image {

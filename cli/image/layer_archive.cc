@@ -14,7 +14,7 @@
 #include "runtime/layers/manifest.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/layer_store.h"
 
 namespace hutch::image {

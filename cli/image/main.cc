@@ -15,7 +15,7 @@
 #include "cli/image/layer_archive.h"
 #include "cli/image/rootfs_import.h"
 #include "runtime/layers/layer_store.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace {
 

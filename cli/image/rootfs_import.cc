@@ -27,7 +27,7 @@
 #include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {

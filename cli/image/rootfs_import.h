@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/layer_store.h"
 
 namespace hutch::image {

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "runtime/layers/names.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 
 namespace hutch::image {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::image {
 

@@ -20,7 +20,7 @@
 
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {

@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 struct archive;
 

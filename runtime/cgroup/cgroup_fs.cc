@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 
 namespace hutch {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 
 namespace hutch {
 namespace {

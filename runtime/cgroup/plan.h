@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/cgroup/layout.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch {
 

@@ -12,8 +12,8 @@
 
 #include "runtime/cgroup/cgroup_fs.h"
 #include "runtime/cgroup/kill.h"
-#include "runtime/fs/text_file.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/text_file.h"
+#include "runtime/base/proc_stat.h"
 
 namespace hutch {
 namespace {

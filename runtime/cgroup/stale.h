@@ -17,7 +17,7 @@
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/plan.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch {
 

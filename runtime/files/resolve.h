@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/files/sandbox_fs.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::files::detail {
 

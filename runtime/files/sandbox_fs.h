@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::files {
 

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 
 extern char** environ;
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

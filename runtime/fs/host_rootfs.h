@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "runtime/fs/mount_plan.h"
-#include "runtime/process/child_error.h"
+#include "runtime/base/child_error.h"
 
 namespace hutch {
 

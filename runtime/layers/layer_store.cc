@@ -19,7 +19,7 @@
 #include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 
 namespace hutch::layers {
 namespace {

@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/manifest.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::layers {
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::layers {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 struct evp_md_ctx_st;
 

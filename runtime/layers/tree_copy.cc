@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/layers/tree_io.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::layers {
 namespace {

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/tree_io.h"
 
 namespace hutch::layers {

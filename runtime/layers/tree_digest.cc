@@ -12,7 +12,7 @@
 
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::layers {
 namespace {

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::layers {
 

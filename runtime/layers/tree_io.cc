@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "runtime/fs/overlay_xattr.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::layers {
 namespace {

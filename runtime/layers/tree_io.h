@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch::layers {
 

@@ -1,8 +1,8 @@
 // Network namespace setup: loopback up, from inside or ahead of time.
 #pragma once
 
-#include "runtime/error.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

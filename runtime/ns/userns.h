@@ -3,9 +3,9 @@
 
 #include <sys/types.h>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/spec.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

@@ -6,7 +6,7 @@
 #include <climits>
 #include <cstring>
 
-#include "runtime/process/child_error.h"
+#include "runtime/base/child_error.h"
 
 namespace hutch {
 

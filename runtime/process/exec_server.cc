@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/process/child_error.h"
+#include "runtime/base/child_error.h"
 #include "runtime/process/exec_protocol.h"
 #include "runtime/process/exec_search.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/process/sync.h"
 
 namespace hutch {

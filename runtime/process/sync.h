@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/process/child_error.h"
+#include "runtime/base/child_error.h"
 
 namespace hutch {
 

@@ -10,13 +10,13 @@
 #include <filesystem>
 
 #include "runtime/fs/erofs.h"
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/sandbox.h"
 
 extern const char kHostRootfsList[];

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/layers/layer_store.h"
 #include "runtime/spec.h"
 

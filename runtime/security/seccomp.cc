@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 namespace {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 #include "tests/common/time_scale.h"
 #include "tests/daemon/daemon_fixture.h"
 

@@ -16,7 +16,7 @@
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/layers/tree_compare.h"

@@ -13,7 +13,7 @@
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::testing {
 namespace {

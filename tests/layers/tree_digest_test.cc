@@ -10,7 +10,7 @@
 
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_copy.h"
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/layers/tree_compare.h"

@@ -1,5 +1,5 @@
 // hutch::Error, its kinds and HUTCH_TRY: the one spelling of error propagation.
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace hutch {
 

@@ -1,4 +1,4 @@
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 #include <cstring>
 

@@ -1,9 +1,9 @@
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "runtime/unique_fd.h"
+#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

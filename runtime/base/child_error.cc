@@ -1,4 +1,4 @@
-#include "runtime/process/child_error.h"
+#include "runtime/base/child_error.h"
 
 namespace hutch {
 

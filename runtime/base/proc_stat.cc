@@ -1,9 +1,9 @@
-#include "runtime/process/proc_stat.h"
+#include "runtime/base/proc_stat.h"
 
 #include <sstream>
 #include <string>
 
-#include "runtime/fs/text_file.h"
+#include "runtime/base/text_file.h"
 
 namespace hutch {
 
