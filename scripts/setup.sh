@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build, test and benchmark dependency (Debian packages only) and builds hutch.
-# python3 and busybox-static: tests run them inside sandboxes; qemu-system-x86 and cpio: the
+# python3 and busybox-static: tests run them inside sandboxes; python3-pytest: the Python client's
+# suite (clients/python); qemu-system-x86 and cpio: the
 # pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
 # libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
 # each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
@@ -18,7 +19,7 @@ packages=(
   build-essential cmake pkg-config
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
   libcli11-dev libssl-dev erofs-utils libarchive-dev
-  python3 busybox-static debootstrap
+  python3 busybox-static debootstrap python3-pytest
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux
   clang-16 libclang-rt-16-dev

@@ -1,0 +1,33 @@
+"""Python client of hutchd (docs/api.md): sandboxes, exec, background processes, files, layers.
+
+    import hutch
+    with hutch.Client() as client, client.create() as sandbox:
+        print(sandbox.exec("echo hi").stdout)
+"""
+
+from hutch.client import Client, ExecStream, Files, Process, Recipes, Sandbox
+from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFound, CommandError,
+                          Conflict, FileNotFound, HutchConnectionError, HutchError,
+                          InsufficientStorage, InvalidPath, IsDirectory, NoMatch, NotADirectory,
+                          NotEmpty, NotFound, NotUnique, PayloadTooLarge, PermissionDenied,
+                          ProcessNotFound, ProtocolError, RecipeNotFound, SandboxNotFound,
+                          SandboxPaused, ServerError, TooManyRequests, Unauthorized, Unavailable,
+                          Unprocessable)
+from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
+                          GrepResult, Health, OutputChunk, OutputEvent, Pool, ProcessStatus, Recipe,
+                          SandboxInfo, SnapshotResult, TextWindow)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Sandbox", "Process", "Files", "Recipes", "ExecStream",
+    "HutchError", "HutchConnectionError", "ProtocolError", "BadRequest", "InvalidPath",
+    "Unauthorized", "PermissionDenied", "NotFound", "SandboxNotFound", "ProcessNotFound",
+    "FileNotFound", "RecipeNotFound", "CheckpointNotFound", "Conflict", "SandboxPaused",
+    "AlreadyExists", "IsDirectory", "NotADirectory", "NotEmpty", "PayloadTooLarge",
+    "Unprocessable", "NoMatch", "NotUnique", "BakeFailed", "TooManyRequests", "ServerError",
+    "Unavailable", "InsufficientStorage", "CommandError",
+    "SandboxInfo", "ExecResult", "OutputEvent", "ProcessStatus", "OutputChunk", "FileEntry",
+    "TextWindow", "GrepMatch", "GrepResult", "FileResult", "Recipe", "BakeResult",
+    "SnapshotResult", "Checkpoint", "Health", "Pool",
+]
