@@ -43,8 +43,8 @@ def test_tcp_needs_the_token(daemon, monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(hutch.Unauthorized) as caught:
             client.list()
     assert caught.value.status == 401
+    # Refused before routing (the connection closes): hutchd gives such an answer no request id.
     assert caught.value.code == "unauthorized"
-    assert caught.value.request_id
 
 
 def test_socket_from_environment(daemon, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,6 +73,19 @@ def test_keep_alive_reuses_one_connection_and_reconnects(client: hutch.Client) -
     first.sock.shutdown(2)
     assert client.health().status == "ok"
     assert [conn is first for conn, _ in client.transport._idle] == [False]
+
+
+def test_connection_closed_by_hutchd_when_idle_is_reopened(
+        sandbox: hutch.Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hutch._transport
+    # Keep the pooled connection past hutchd's 5 s keep-alive limit, so hutchd has closed it.
+    monkeypatch.setattr(hutch._transport, "_MAX_IDLE_SECONDS", 60.0)
+    transport = sandbox.client.transport
+    assert sandbox.exec("echo one").stdout == "one\n"
+    stale = transport._idle[0][0]
+    time.sleep(5.5)
+    assert sandbox.exec("echo two").stdout == "two\n"
+    assert [conn is stale for conn, _ in transport._idle] == [False]
 
 
 def test_concurrent_requests_from_threads(client: hutch.Client) -> None:
@@ -247,7 +260,8 @@ def test_closing_a_stream_kills_the_command(sandbox: hutch.Sandbox) -> None:
     stream.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if sandbox.exec("pgrep -f 'echo tick' || echo none").stdout == "none\n":
+        # "[e]cho tick" does not match the command line of the sh running this pgrep.
+        if sandbox.exec("pgrep -f '[e]cho tick' || echo none").stdout == "none\n":
             break
         time.sleep(0.1)
     else:
@@ -276,7 +290,7 @@ def test_background_output_offsets_and_follow(sandbox: hutch.Sandbox) -> None:
     chunks = list(proc.follow())
     data = b"".join(c.data for c in chunks)
     assert data == b"".join(b"line%d\n" % i for i in range(1, 6))
-    assert chunks[-1].eof
+    assert proc.status().state == "exited"
     assert [c.offset for c in chunks][1:] == [c.next_offset for c in chunks][:-1]
     part = proc.output(offset=6, limit=6)
     assert (part.data, part.offset, part.next_offset) == (b"line2\n", 6, 12)
@@ -312,14 +326,35 @@ def test_signals_and_kill_tree(sandbox: hutch.Sandbox) -> None:
         time.sleep(0.1)
     with pytest.raises(hutch.BadRequest):
         proc.signal("NOT_A_SIGNAL")
+    killed = sandbox.spawn(["sleep", "100"])
+    killed.kill()
+    assert killed.wait(timeout=20).term_signal == 9
+    assert sandbox.process(killed.pid).last_status.state == "exited"
 
 
 # ---- hostile ids ----
 
-@pytest.mark.parametrize("bad_id", ["sb-000000000000", "../../v1/health", "x" * 300, "%00"])
-def test_bad_sandbox_ids(client: hutch.Client, bad_id: str) -> None:
-    with pytest.raises(hutch.NotFound) as caught:
+@pytest.mark.parametrize("bad_id, status, code", [
+    ("sb-000000000000", 404, "sandbox_not_found"),
+    ("../../v1/health", 404, "not_found"),
+    ("x" * 300, 404, "sandbox_not_found"),
+    ("%00", 405, "method_not_allowed"),
+])
+def test_bad_sandbox_ids(client: hutch.Client, bad_id: str, status: int, code: str) -> None:
+    # The id is sent percent-encoded: it can never reach another route.
+    with pytest.raises(hutch.HutchError) as caught:
         client.get(bad_id)
-    assert caught.value.status == 404
-    assert caught.value.request_id
-    assert caught.value.code in ("sandbox_not_found", "not_found")
+    assert (caught.value.status, caught.value.code) == (status, code)
+    with pytest.raises(hutch.HutchError):
+        client.get(bad_id).exec("true")
+
+
+def test_errors_carry_the_request_id(client: hutch.Client) -> None:
+    with pytest.raises(hutch.SandboxNotFound) as first:
+        client.get("sb-000000000000")
+    with pytest.raises(hutch.SandboxNotFound) as second:
+        client.get("sb-000000000000")
+    assert first.value.request_id and second.value.request_id
+    assert first.value.request_id != second.value.request_id
+    assert "sb-000000000000" in first.value.message
+    assert f"request={first.value.request_id}" in str(first.value)

@@ -2,9 +2,10 @@
 
 Connections are kept alive and reused: an answer read to its end puts its connection back in a
 small pool, a stream holds its own connection until it is closed. hutchd closes a connection idle
-for 5 s (docs/api.md, Limits), so one idle for longer is dropped before use, and a request whose
-reused connection turns out closed under it is sent again once on a new connection (only when
-its body can be sent again: bytes, not a stream).
+for 5 s (docs/api.md, Limits): a pooled connection idle for 4 s, or one hutchd already closed
+(readable before any request), is dropped before use. A request whose reused connection still
+turns out closed under it is sent again once on a new connection, unless it is a POST (which
+may have reached hutchd) or its body is a stream that cannot be sent twice.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -158,7 +160,7 @@ class Transport:
         with self._lock:
             while self._idle:
                 conn, since = self._idle.pop()
-                if now - since < _MAX_IDLE_SECONDS:
+                if now - since < _MAX_IDLE_SECONDS and not _dropped(conn):
                     return conn, True
                 conn.close()
         return self._new_connection(), False
@@ -209,7 +211,9 @@ class Transport:
         else:
             chunked = True
         all_headers.update(headers or {})
-        replayable = body is None or isinstance(body, (bytes, bytearray, memoryview))
+        # A POST that may have reached hutchd is never sent twice (an exec would run twice).
+        replayable = method != "POST" and (
+            body is None or isinstance(body, (bytes, bytearray, memoryview)))
         while True:
             conn, reused = self._acquire()
             if timeout is not None:
@@ -252,6 +256,17 @@ class Transport:
     def text(self, method: str, path: str, **kwargs: Any) -> str:
         with self.request(method, path, **kwargs) as response:
             return response.read().decode("utf-8", "replace")
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether hutchd closed an idle connection: readable while no request is out means EOF."""
+    if conn.sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([conn.sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def _query_value(value: Any) -> str:

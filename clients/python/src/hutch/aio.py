@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from hutch.client import Client, ExecStream, Files, Process, Sandbox
 from hutch.models import ExecResult, OutputEvent
 
-T = TypeVar("T")
 _DONE = object()
 
 
