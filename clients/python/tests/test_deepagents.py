@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import inspect
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,10 +50,10 @@ def test_write_read_windows(backend: HutchBackend) -> None:
     assert backend.write("/w/a.txt", "".join(f"line {i}\n" for i in range(1, 11))).path == "/w/a.txt"
     whole = backend.read("/w/a.txt")
     assert whole.error is None and whole.file_data["encoding"] == "utf-8"
-    assert whole.file_data["content"].startswith("line 1\n")
+    assert whole.file_data["content"] == "\n".join(f"line {i}" for i in range(1, 11))
     assert (whole.start_line, whole.end_line, whole.total_lines, whole.next_offset) == (1, 10, 10, None)
     page = backend.read("/w/a.txt", offset=2, limit=3)
-    assert page.file_data["content"] == "line 3\nline 4\nline 5\n"
+    assert page.file_data["content"] == "line 3\nline 4\nline 5"
     assert (page.start_line, page.end_line, page.next_offset) == (3, 5, 5)
     past = backend.read("/w/a.txt", offset=50)
     assert past.error and "exceeds" in past.error
@@ -61,7 +64,7 @@ def test_write_read_windows(backend: HutchBackend) -> None:
     assert empty.error is None and empty.file_data["content"] == "" and empty.start_line is None
     # write overwrites (0.7).
     backend.write("/w/a.txt", "new\n")
-    assert backend.read("/w/a.txt").file_data["content"] == "new\n"
+    assert backend.read("/w/a.txt").file_data["content"] == "new"
 
 
 def test_binary_reads_are_exact_base64(backend: HutchBackend) -> None:
@@ -127,7 +130,7 @@ def test_upload_download_partial_errors(backend: HutchBackend) -> None:
 def test_async_twins(backend: HutchBackend) -> None:
     async def scenario() -> None:
         assert (await backend.awrite("/as/x.txt", "one two\n")).error is None
-        assert (await backend.aread("/as/x.txt")).file_data["content"] == "one two\n"
+        assert (await backend.aread("/as/x.txt")).file_data["content"] == "one two"
         assert (await backend.aedit("/as/x.txt", "two", "2")).occurrences == 1
         assert [e["path"] for e in (await backend.als("/as")).entries] == ["/as/x.txt"]
         assert (await backend.agrep("one", "/as")).matches[0]["line"] == 1
@@ -140,3 +143,40 @@ def test_async_twins(backend: HutchBackend) -> None:
         assert (await backend.adelete("/as")).error is None
 
     asyncio.run(scenario())
+
+
+WITH_DEEPAGENTS = r"""
+import base64, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import hutch
+from deepagents.backends import protocol
+from deepagents.backends.sandbox import BaseSandbox
+from hutch.deepagents import HAVE_DEEPAGENTS, HutchBackend
+assert HAVE_DEEPAGENTS
+assert issubclass(HutchBackend, BaseSandbox)
+with hutch.Client(sys.argv[3]) as client:
+    backend = HutchBackend.from_id(sys.argv[4], client)
+    backend.write("/da/t.txt", "a\nb\nc\n")
+    backend.upload_files([("/da/b.bin", b"\xff\x00\xfe")])
+    results = [backend.read("/da/t.txt"), backend.read("/da/t.txt", 1, 1),
+               backend.read("/da/t.txt", 9), backend.read("/da/t.txt", 0, 0),
+               backend.read("/da/none"), backend.read("/da/b.bin")]
+    assert all(type(r) is protocol.ReadResult for r in results)
+    assert (results[1].file_data["content"], results[1].start_line, results[1].next_offset) == ("b", 2, 2)
+    assert base64.b64decode(results[5].file_data["content"]) == b"\xff\x00\xfe"
+    assert type(backend.execute("true")) is protocol.ExecuteResponse
+    assert type(backend.ls("/da")) is protocol.LsResult
+    assert type(backend.edit("/da/t.txt", "zz", "y")) is protocol.EditResult
+    assert type(backend.upload_files([("/da/c", b"")])[0]) is protocol.FileUploadResponse
+print("ok")
+"""
+
+
+def test_subclasses_base_sandbox_when_deepagents_is_installed(daemon, sandbox) -> None:
+    # deepagents' shapes (a stand-in package: no PyPI here) in a process of their own; its
+    # ReadResult refuses inconsistent windows, as deepagents' does.
+    tests = Path(__file__).resolve().parent
+    run = subprocess.run([sys.executable, "-c", WITH_DEEPAGENTS, str(tests / "stub_deepagents"),
+                          str(tests.parent / "src"), daemon.socket, sandbox.id],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout == "ok\n", run.stderr

@@ -243,8 +243,10 @@ class HutchBackend(_Base):  # type: ignore[misc]
             return _make_read_result(
                 error=f"Error: Line offset {offset} exceeds file length "
                       f"({window.total_lines} lines)")
+        # Lines joined without the last one's newline, as deepagents' own read returns them.
+        content = window.content[:-1] if window.content.endswith("\n") else window.content
         return _make_read_result(
-            file_data={"content": window.content, "encoding": "utf-8"},
+            file_data={"content": content, "encoding": "utf-8"},
             total_lines=window.total_lines, start_line=window.start_line + 1,
             end_line=window.end_line,
             next_offset=window.end_line if window.next_offset is not None else None)
