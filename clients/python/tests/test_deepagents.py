@@ -47,11 +47,13 @@ def test_execute(backend: HutchBackend) -> None:
 
 
 def test_write_read_windows(backend: HutchBackend) -> None:
-    assert backend.write("/w/a.txt", "".join(f"line {i}\n" for i in range(1, 11))).path == "/w/a.txt"
+    ten = "".join(f"line {i}\n" for i in range(1, 11))
+    assert backend.write("/w/a.txt", ten).path == "/w/a.txt"
     whole = backend.read("/w/a.txt")
     assert whole.error is None and whole.file_data["encoding"] == "utf-8"
     assert whole.file_data["content"] == "\n".join(f"line {i}" for i in range(1, 11))
-    assert (whole.start_line, whole.end_line, whole.total_lines, whole.next_offset) == (1, 10, 10, None)
+    window = (whole.start_line, whole.end_line, whole.total_lines, whole.next_offset)
+    assert window == (1, 10, 10, None)
     page = backend.read("/w/a.txt", offset=2, limit=3)
     assert page.file_data["content"] == "line 3\nline 4\nline 5"
     assert (page.start_line, page.end_line, page.next_offset) == (3, 5, 5)
@@ -162,7 +164,8 @@ with hutch.Client(sys.argv[3]) as client:
                backend.read("/da/t.txt", 9), backend.read("/da/t.txt", 0, 0),
                backend.read("/da/none"), backend.read("/da/b.bin")]
     assert all(type(r) is protocol.ReadResult for r in results)
-    assert (results[1].file_data["content"], results[1].start_line, results[1].next_offset) == ("b", 2, 2)
+    second = results[1]
+    assert (second.file_data["content"], second.start_line, second.next_offset) == ("b", 2, 2)
     assert base64.b64decode(results[5].file_data["content"]) == b"\xff\x00\xfe"
     assert type(backend.execute("true")) is protocol.ExecuteResponse
     assert type(backend.ls("/da")) is protocol.LsResult

@@ -22,7 +22,8 @@ def test_bytes_and_text(sandbox: hutch.Sandbox) -> None:
     every_byte = bytes(range(256)) * 4
     assert files.write_bytes("/work/bin/data.bin", every_byte) == 1024
     assert files.read_bytes("/work/bin/data.bin") == every_byte
-    assert files.write_text("/work/note.txt", "héllo\nwörld\n") == len("héllo\nwörld\n".encode())
+    text = "héllo\nwörld\n"
+    assert files.write_text("/work/note.txt", text) == len(text.encode())
     assert files.read_text("/work/note.txt") == "héllo\nwörld\n"
     # The kernel's view inside the sandbox: same bytes, owned by the sandbox's root.
     inside = sandbox.exec("sha256sum /work/bin/data.bin; stat -c '%u %a' /work/note.txt")
@@ -95,7 +96,8 @@ def _transfer(daemon, sandbox: hutch.Sandbox, size: int) -> dict:
     return report
 
 
-def test_large_streamed_upload_and_download_in_bounded_memory(daemon, sandbox: hutch.Sandbox) -> None:
+def test_large_streamed_upload_and_download_in_bounded_memory(daemon,
+                                                              sandbox: hutch.Sandbox) -> None:
     small = _transfer(daemon, sandbox, 1 << 16)
     large = _transfer(daemon, sandbox, 64 << 20)
     inside = sandbox.exec("sha256sum /big/file.bin", timeout=120).stdout.split()[0]

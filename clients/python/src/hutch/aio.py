@@ -145,7 +145,8 @@ class AsyncFiles(_Proxy):
     def __init__(self, files: Files) -> None:
         self._sync = files
 
-    def iter_bytes(self, path: str, chunk_size: int = 1 << 20, **options: Any) -> AsyncIterator[bytes]:
+    def iter_bytes(self, path: str, chunk_size: int = 1 << 20,
+                   **options: Any) -> AsyncIterator[bytes]:
         return _iterate(self._sync.iter_bytes, path, chunk_size, **options)
 
 

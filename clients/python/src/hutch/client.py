@@ -119,7 +119,8 @@ class Client:
         return self.transport.text("GET", "/metrics")
 
     def metric_values(self) -> dict[str, float]:
-        """`metrics()` parsed: `{'hutch_requests_total': 12.0, 'hutch_sandboxes{state="running"}': 1.0}`."""
+        """`metrics()` parsed, by series: `{'hutch_requests_total': 12.0,
+        'hutch_sandboxes{state="running"}': 1.0, ...}`."""
         values: dict[str, float] = {}
         for line in self.metrics().splitlines():
             if not line or line.startswith("#"):
@@ -493,7 +494,9 @@ class Files:
         `start`/`end` (inclusive) ask for a byte range."""
         headers = {}
         if start is not None or end is not None:
-            headers["Range"] = f"bytes={'' if start is None else start}-{'' if end is None else end}"
+            first = "" if start is None else str(start)
+            last = "" if end is None else str(end)
+            headers["Range"] = f"bytes={first}-{last}"
         return self.sandbox.client.transport.request(
             "GET", self.sandbox.path + "/files", query={"path": path}, headers=headers)
 

@@ -98,41 +98,45 @@ except ImportError:
         error: str | None = None
 
     class _Base:  # type: ignore[no-redef]
-        """Async twins of every operation (deepagents' default: the sync one in a thread)."""
+        """Async twins of every operation (deepagents' default: the sync one in a thread).
+        `self: Any`: the sync methods are those of the subclass."""
 
-        async def als(self, path: str) -> LsResult:
-            return await asyncio.to_thread(self.ls, path)  # type: ignore[attr-defined]
+        async def als(self: Any, path: str) -> LsResult:
+            return await asyncio.to_thread(self.ls, path)
 
-        async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
-            return await asyncio.to_thread(self.read, file_path, offset, limit)  # type: ignore[attr-defined]
+        async def aread(self: Any, file_path: str, offset: int = 0,
+                        limit: int = 2000) -> ReadResult:
+            return await asyncio.to_thread(self.read, file_path, offset, limit)
 
-        async def awrite(self, file_path: str, content: str) -> WriteResult:
-            return await asyncio.to_thread(self.write, file_path, content)  # type: ignore[attr-defined]
+        async def awrite(self: Any, file_path: str, content: str) -> WriteResult:
+            return await asyncio.to_thread(self.write, file_path, content)
 
-        async def aedit(self, file_path: str, old_string: str, new_string: str,
+        async def aedit(self: Any, file_path: str, old_string: str, new_string: str,
                         replace_all: bool = False) -> EditResult:
-            return await asyncio.to_thread(self.edit, file_path, old_string,  # type: ignore[attr-defined]
-                                           new_string, replace_all)
+            return await asyncio.to_thread(self.edit, file_path, old_string, new_string,
+                                           replace_all)
 
-        async def agrep(self, pattern: str, path: str | None = None, glob: str | None = None,
-                        *, max_count: int | None = None) -> GrepResult:
-            return await asyncio.to_thread(self.grep, pattern, path, glob,  # type: ignore[attr-defined]
-                                           max_count=max_count)
+        async def agrep(self: Any, pattern: str, path: str | None = None,
+                        glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
+            return await asyncio.to_thread(self.grep, pattern, path, glob, max_count=max_count)
 
-        async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
-            return await asyncio.to_thread(self.glob, pattern, path)  # type: ignore[attr-defined]
+        async def aglob(self: Any, pattern: str, path: str | None = None) -> GlobResult:
+            return await asyncio.to_thread(self.glob, pattern, path)
 
-        async def adelete(self, file_path: str) -> DeleteResult:
-            return await asyncio.to_thread(self.delete, file_path)  # type: ignore[attr-defined]
+        async def adelete(self: Any, file_path: str) -> DeleteResult:
+            return await asyncio.to_thread(self.delete, file_path)
 
-        async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-            return await asyncio.to_thread(self.upload_files, files)  # type: ignore[attr-defined]
+        async def aupload_files(self: Any,
+                                files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+            return await asyncio.to_thread(self.upload_files, files)
 
-        async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-            return await asyncio.to_thread(self.download_files, paths)  # type: ignore[attr-defined]
+        async def adownload_files(self: Any, paths: list[str]) -> list[FileDownloadResponse]:
+            return await asyncio.to_thread(self.download_files, paths)
 
-        async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-            return await asyncio.to_thread(self.execute, command, timeout=timeout)  # type: ignore[attr-defined]
+        async def aexecute(self: Any, command: str, *,
+                           timeout: int | None = None) -> ExecuteResponse:
+            return await asyncio.to_thread(self.execute, command, timeout=timeout)
+
 
 # The four per-file errors of the protocol; hutchd's batch routes already answer with them.
 _FILE_ERRORS = ("file_not_found", "permission_denied", "is_directory", "invalid_path")
