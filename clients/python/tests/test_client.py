@@ -162,6 +162,9 @@ def test_pause_resume_and_logs(sandbox: hutch.Sandbox) -> None:
         sandbox.exec("true")
     assert caught.value.status == 409
     assert caught.value.code == "sandbox_paused"
+    with pytest.raises(hutch.SandboxPaused):
+        sandbox.stream("true")
+    assert sandbox.files.read_bytes("/etc/hostname")  # file operations still work
     assert sandbox.refresh().info.state == "paused"
     assert sandbox.resume().info.state == "running"
     assert sandbox.exec("echo back").stdout == "back\n"
