@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -36,5 +37,41 @@ def test_async_facade(daemon) -> None:
                 sandbox_id = sb.id
             with pytest.raises(hutch.SandboxNotFound):
                 await client.get(sandbox_id)
+
+    asyncio.run(scenario())
+
+
+def test_async_streams_run_on_the_event_loop(daemon) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(daemon.socket) as client:
+            async with await client.create() as sb:
+                threads_before = threading.active_count()
+
+                async def one(i: int) -> str:
+                    stream = await sb.stream(f"sleep 0.5; echo {i}")
+                    out = "".join([e.data async for e in stream])
+                    assert stream.result is not None and stream.result.exit_code == 0
+                    return out
+
+                outputs = await asyncio.gather(*(one(i) for i in range(8)))
+                assert outputs == [f"{i}\n" for i in range(8)]
+                # Eight commands streamed at once without a thread each.
+                assert threading.active_count() <= threads_before + 1
+                async with await sb.stream("while true; do echo tick; sleep 0.05; done") as s:
+                    async for event in s:
+                        assert event.data.startswith("tick")
+                        break
+                for _ in range(100):
+                    check = await sb.exec("pgrep -f '[e]cho tick' || echo none")
+                    if check.stdout == "none\n":
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    pytest.fail("the command outlived its closed async stream")
+                await sb.pause()
+                with pytest.raises(hutch.SandboxPaused) as caught:
+                    await sb.stream("true")
+                assert caught.value.request_id
+                await sb.resume()
 
     asyncio.run(scenario())

@@ -1,17 +1,21 @@
 """An asyncio facade over the synchronous client.
 
 Thin by design: each call runs the synchronous client in a worker thread (`asyncio.to_thread`),
-so the event loop never blocks on hutchd, and streams (`stream`, `follow`, `iter_bytes`) are
-async iterators whose every step runs in a thread. The HTTP work stays in one implementation.
+so the event loop never blocks on hutchd. `AsyncSandbox.stream` is read on the event loop itself
+(an asyncio connection of its own, no thread held while a command runs); `follow` and
+`iter_bytes` are async iterators whose every step runs in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from hutch.client import Client, ExecStream, Files, Process, Sandbox
+from hutch._async_stream import AsyncHttpStream, open_stream
+from hutch.client import Client, Files, Process, Sandbox
+from hutch.errors import ProtocolError
 from hutch.models import ExecResult, OutputEvent
 
 _DONE = object()
@@ -103,24 +107,53 @@ class AsyncSandbox(_Proxy):
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self._sync.delete)
 
-    async def stream(self, command: Any, **options: Any) -> AsyncExecStream:
-        return AsyncExecStream(await asyncio.to_thread(self._sync.stream, command, **options))
+    async def stream(self, command: Any, *, workdir: str | None = None,
+                     env: dict[str, str] | None = None, stdin: str | bytes | None = None,
+                     timeout: float | None = None,
+                     max_output_bytes: int | None = None) -> AsyncExecStream:
+        """A streamed exec read on the event loop (no thread); leaving it early (`aclose`,
+        or `async with`) kills the command's whole tree, as closing a sync stream does."""
+        body = self._sync._exec_body(command, workdir, env, stdin, timeout, max_output_bytes)
+        body["stream"] = True
+        http = await open_stream(self._sync.client.transport, "POST",
+                                 self._sync.path + "/exec", body)
+        return AsyncExecStream(http)
 
 
 class AsyncExecStream:
-    def __init__(self, stream: ExecStream) -> None:
-        self._stream = stream
-        self._events = _iterate(lambda: stream)
+    """Async iterator of `OutputEvent`s; `result` is set once it ended."""
 
-    @property
-    def result(self) -> ExecResult | None:
-        return self._stream.result
+    def __init__(self, http: AsyncHttpStream) -> None:
+        self._http = http
+        self.result: ExecResult | None = None
+
+    async def _events(self) -> AsyncIterator[OutputEvent]:
+        try:
+            async for line in self._http.lines():
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as e:
+                    raise ProtocolError(f"exec stream line is not JSON: {line[:200]!r}",
+                                        request_id=self._http.request_id) from e
+                if "exit_code" in event:
+                    self.result = ExecResult.from_json(event, stdout="", stderr="")
+                    continue
+                for name in ("stdout", "stderr"):
+                    if name in event:
+                        yield OutputEvent(name, event[name])
+        finally:
+            await self._http.close()
+        if self.result is None:
+            raise ProtocolError("the exec stream ended without its final line",
+                                request_id=self._http.request_id)
 
     def __aiter__(self) -> AsyncIterator[OutputEvent]:
-        return self._events
+        return self._events()
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._stream.close)
+        await self._http.close()
 
     async def __aenter__(self) -> AsyncExecStream:
         return self
