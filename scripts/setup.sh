@@ -9,7 +9,9 @@
 # libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
 # oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
 # systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
-# computes the package's Depends with them (tests/install).
+# computes the package's Depends with them (tests/install). Node.js >= 20 and npm (on this machine
+# kind, not from Debian: Debian 12 has 18) build and test the TypeScript client, whose packages
+# come from the npm registry through clients/js/package-lock.json.
 # Builds with warnings as errors (HUTCH_WERROR, off for packagers' builds).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
@@ -34,6 +36,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if command -v npm >/dev/null && (($(node -p 'process.versions.node.split(".")[0]') >= 20)); then
+  npm ci --prefix clients/js --no-audit --no-fund --loglevel=error
+else
+  echo "setup: Node.js >= 20 with npm not found: the TypeScript client (clients/js) is not set up" >&2
 fi
 
 build_dir=${HUTCH_BUILD_DIR:-build}

@@ -1,0 +1,158 @@
+// The shapes hutchd answers (docs/api.md), in the client's camelCase. Raw server objects are kept
+// in `raw` where a caller may want fields this version does not name.
+
+export interface Limits {
+  memory_bytes?: number;
+  pids?: number;
+  cpus?: number;
+  cpu_weight?: number;
+  disk_bytes?: number;
+}
+
+export interface CreateOptions {
+  rootfs?: string;
+  recipe?: string;
+  limits?: Limits;
+  env?: Record<string, string>;
+  labels?: Record<string, string>;
+  idleTtlSeconds?: number;
+  maxLifetimeSeconds?: number;
+  defaultTimeoutSeconds?: number;
+  network?: "loopback" | "none";
+  hostname?: string;
+  workdir?: string;
+  signal?: AbortSignal;
+}
+
+export interface SandboxInfo {
+  id: string;
+  state: "running" | "paused";
+  createdAt: string;
+  rootfs: string;
+  labels: Record<string, string>;
+  env: Record<string, string>;
+  network: string;
+  hostname: string;
+  workdir: string;
+  initPid?: number;
+  recipe?: string;
+  layers?: string[];
+  raw: Record<string, unknown>;
+}
+
+export interface ExecOptions {
+  workdir?: string;
+  env?: Record<string, string>;
+  /** Written to stdin, then EOF; without it stdin is /dev/null. */
+  stdin?: string;
+  timeoutSeconds?: number;
+  maxOutputBytes?: number;
+  /** Throw CommandExitError when the command does not exit 0. */
+  check?: boolean;
+  /** Streamed output as it happens (the exec then runs with `stream: true`). */
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  durationMs: number;
+  timedOut: boolean;
+  oomKilled: boolean;
+  truncated: boolean;
+  startError?: string;
+}
+
+export type ExecEvent =
+  | { type: "stdout"; data: string }
+  | { type: "stderr"; data: string }
+  | { type: "exit"; result: ExecResult };
+
+export interface ProcessStatus {
+  pid: number;
+  state: "running" | "exited";
+  argv: string[];
+  startedAt: string;
+  durationMs: number;
+  exitCode: number | null;
+  termSignal: number | null;
+}
+
+export interface OutputChunk {
+  data: string;
+  offset: number;
+  nextOffset: number;
+  eof: boolean;
+  truncated: boolean;
+}
+
+export interface FileEntry {
+  path: string;
+  isDir: boolean;
+  size: number;
+  modifiedAt: string;
+  type: string;
+  mode: number;
+  linkTarget?: string;
+}
+
+export interface ReadLines {
+  content: string;
+  totalLines: number;
+  startLine: number;
+  endLine: number;
+  nextOffset: number | null;
+}
+
+export interface GrepMatch {
+  path: string;
+  line: number;
+  text: string;
+}
+
+export interface UploadResult {
+  path: string;
+  size?: number;
+  error?: string;
+  message?: string;
+}
+
+export interface DownloadResult {
+  path: string;
+  content?: Uint8Array;
+  error?: string;
+  message?: string;
+}
+
+export interface SnapshotResult {
+  name: string;
+  digest: string;
+  files: number;
+  bytes: number;
+  frozenMs: number;
+  durationMs: number;
+}
+
+export interface RecipeInfo {
+  name: string;
+  digest: string;
+  created: string;
+  size: number;
+  base: string;
+}
+
+export interface BakeResult {
+  name: string;
+  digest: string;
+  cached: boolean;
+  log: string;
+}
+
+export interface Checkpoint {
+  name: string;
+  digest: string;
+  created: string;
+}
