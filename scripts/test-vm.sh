@@ -10,8 +10,9 @@
 # rootfs idmaps the guest's /, which 6.1 can do on ext4 but not on tmpfs, 9p or virtiofs.
 # Inside: HUTCH_MUST_WORK=1 HUTCH_IN_VM=1, cgroup2 with +memory +pids +cpu, then
 #   ctest --test-dir BUILD_DIR --output-on-failure -j2 --timeout $HUTCH_VM_CTEST_TIMEOUT
-# (all but install_units and install_deb, packaging checks that need dpkg's database, and client_js: the
-# TypeScript client speaks HTTP to hutchd and needs no particular kernel; the guest has no Node.js)
+# (all but install_units and install_deb, packaging checks that need dpkg's database, and client_js
+# and python_client: the clients speak HTTP to hutchd and need no particular kernel, and the guest
+# has neither Node.js nor pytest)
 # and scripts/demo-workflow.sh, both printed on the console. Last line:
 #   vm-6.1: N passed, M failed
 # counting individual ctest tests, plus 1 for the demo. Exit status: 0 all passed; 1 a failure,

@@ -7,4 +7,4 @@
 # Every test but two packaging checks that do not touch the kernel and need what the disk leaves
 # out (dpkg's database for dpkg-shlibdeps, systemd-analyze): they run in the native suite.
 exec ctest --test-dir "$HUTCH_VM_BUILD_DIR" --output-on-failure --no-tests=error -j"$(nproc)" \
-  --timeout "${HUTCH_VM_CTEST_TIMEOUT:-240}" -E '^(install_(units|deb)|client_js)$'
+  --timeout "${HUTCH_VM_CTEST_TIMEOUT:-240}" -E '^(install_(units|deb)|client_js|python_client)$'
