@@ -12,8 +12,8 @@
 namespace hutch::files::detail {
 namespace {
 
-// setfsuid(-1) changes nothing (-1 is never a valid id) and returns the current fsuid: the one
-// way to read it back (setfsuid(2)).
+// setfsuid(-1) changes nothing (-1 is never a valid id) and returns the current fsuid: reading it
+// back without parsing /proc/thread-self/status (setfsuid(2)).
 uid_t current_fsuid() { return static_cast<uid_t>(::setfsuid(static_cast<uid_t>(-1))); }
 gid_t current_fsgid() { return static_cast<gid_t>(::setfsgid(static_cast<gid_t>(-1))); }
 
@@ -43,7 +43,7 @@ OwnerIdentity::OwnerIdentity(OwnerIdentity&& other) noexcept
 
 OwnerIdentity::~OwnerIdentity() {
   if (!active_) return;
-  // The uid first: going back to fsuid 0 restores the file capabilities setfsgid may need.
+  // In the reverse order of enter().
   ::setfsuid(previous_uid_);
   ::setfsgid(previous_gid_);
   // Going back to the ids this thread just had cannot be refused (CAP_SETUID is not a file
