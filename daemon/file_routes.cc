@@ -1,38 +1,20 @@
 // The files API: raw GET/PUT/DELETE of /v1/sandboxes/{id}/files?path=… and the Deep Agents
 // operations under /v1/sandboxes/{id}/fs/<op>. Every path is resolved inside the sandbox root by
-// files::SandboxFs (runtime/files/sandbox_fs.h); nothing here touches a path string on the host.
-#include <sys/fsuid.h>
+// files::SandboxFs (runtime/files/sandbox_fs.h), which also acts as the sandbox's root (its
+// fsuid/fsgid); nothing here touches a path string on the host or switches ids.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "daemon/codec/base64.h"
+#include "daemon/codec/fields.h"
+#include "daemon/codec/time.h"
 #include "daemon/errors.h"
-#include "daemon/json_codec.h"
 #include "daemon/server.h"
 
 namespace hutch::daemon {
 namespace {
 
 using nlohmann::json;
-
-// The sandbox's root fs is an overlay mounted inside the sandbox's user namespace: host uid 0 is
-// not mapped there, so creating an entry as host root fails with EOVERFLOW. File operations
-// therefore run with this thread's fsuid/fsgid set to the sandbox root's host ids (setfsuid(2)
-// is per thread), which is also what makes created entries belong to the sandbox. Changing
-// fsuid away from 0 drops the thread's CAP_DAC_OVERRIDE/CAP_FOWNER/…; restoring 0 restores them
-// (capabilities(7)).
-class FsIdentity {
- public:
-  explicit FsIdentity(files::Owner owner) {
-    ::setfsgid(owner.gid);
-    ::setfsuid(owner.uid);
-  }
-  FsIdentity(const FsIdentity&) = delete;
-  FsIdentity& operator=(const FsIdentity&) = delete;
-  ~FsIdentity() {
-    ::setfsuid(0);
-    ::setfsgid(0);
-  }
-};
 
 // Bytes per pread (and socket write) of a file GET: large enough that syscalls do not bound the
 // throughput, small enough to hold per response.
@@ -119,7 +101,6 @@ std::string per_file_error(files::Errc code) {
 json fs_op(DaemonContext& context, Sandbox& sandbox, const std::string& op, const json& body) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
   files::SandboxFs fs = sandbox.fs();
-  FsIdentity as_owner(sandbox.owner());
   if (op == "ls") {
     json entries = json::array();
     for (const files::Entry& entry : value_or_throw(fs.list(string_field(body, "path"))))
@@ -253,10 +234,7 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
         const httplib::Ranges requested = std::exchange(ranges, {});
         auto sandbox = context.registry.get(sandbox_id(req));
         files::SandboxFs fs = sandbox->fs();
-        auto fd = std::make_shared<UniqueFd>([&] {
-          FsIdentity as_owner(sandbox->owner());
-          return value_or_throw(fs.open_read(path_param(req)));
-        }());
+        auto fd = std::make_shared<UniqueFd>(value_or_throw(fs.open_read(path_param(req))));
         struct stat st {};
         if (::fstat(fd->get(), &st) != 0)
           throw runtime_failure(sys_error("fstat", path_param(req)).error());
@@ -290,7 +268,6 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
         auto sandbox = context.registry.get(sandbox_id(req));
         std::string path = path_param(req);
         files::SandboxFs fs = sandbox->fs();
-        FsIdentity as_owner(sandbox->owner());
         // Streamed: no cap but the sandbox's disk quota, and constant memory.
         auto begun = fs.begin_write(path, mode_param(req));
         std::optional<files::FsError> failure;
@@ -329,7 +306,6 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
         auto sandbox = context.registry.get(sandbox_id(req));
         bool recursive = req.has_param("recursive") && req.get_param_value("recursive") == "true";
         files::SandboxFs fs = sandbox->fs();
-        FsIdentity as_owner(sandbox->owner());
         check_ok(fs.remove(path_param(req), recursive));
         res.status = 204;
       });

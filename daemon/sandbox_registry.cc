@@ -148,9 +148,8 @@ std::chrono::steady_clock::duration Sandbox::idle_for() const {
 }
 
 files::Owner Sandbox::owner() const {
-  // build_spec maps the sandbox's root (uid/gid 0) to the default IdMap base.
-  IdMap ids;
-  return files::Owner{ids.host_base, ids.host_base};
+  // The root of the id map the sandbox's spec was built with (build_spec), never assumed here.
+  return sandbox_root_owner(config_);
 }
 
 files::SandboxFs Sandbox::fs() {

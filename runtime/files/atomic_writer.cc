@@ -11,6 +11,8 @@
 #include <optional>
 #include <utility>
 
+#include "runtime/base/error.h"
+#include "runtime/files/identity.h"
 #include "runtime/files/resolve.h"
 #include "runtime/files/sandbox_fs.h"
 
@@ -107,10 +109,12 @@ AtomicWriter& AtomicWriter::operator=(AtomicWriter&& other) noexcept {
 }
 
 AtomicWriter::~AtomicWriter() {
+  const bool named_temp = !committed_ && temp_dir_ && !temp_name_.empty();
+  if (!named_temp && !root_dir_) return;
+  // Best effort, like the unlinks: should the identity fail, host root tries them anyway.
+  auto identity = detail::OwnerIdentity::enter(owner_);
   // An unnamed file vanishes with its last fd; a named one is unlinked.
-  if (!committed_ && temp_dir_ && !temp_name_.empty()) {
-    unlinkat(temp_dir_.get(), temp_name_.c_str(), 0);
-  }
+  if (named_temp) unlinkat(temp_dir_.get(), temp_name_.c_str(), 0);
   remove_staging();
 }
 
@@ -121,13 +125,12 @@ void AtomicWriter::remove_staging() {
 }
 
 FsResult<void> AtomicWriter::create_named(bool link_file) {
-  auto root_dir = detail::open_dir(root_fd_, "/");
-  if (!root_dir) return std::unexpected(root_dir.error());
+  UniqueFd root_dir = HUTCH_TRY(detail::open_dir(root_fd_, "/"));
   const std::string fd_link = "/proc/self/fd/" + std::to_string(file_.get());
   // A few rounds: another writer may remove the emptied staging directory between our open and
   // our create (ENOENT), and a random name may be taken (EEXIST).
   for (int attempt = 0; attempt < 16; ++attempt) {
-    std::optional<UniqueFd> staging = open_staging(root_dir->get(), dir_.get(), owner_);
+    std::optional<UniqueFd> staging = open_staging(root_dir.get(), dir_.get(), owner_);
     const int where = staging ? staging->get() : dir_.get();
     std::string name = temp_name();
     int rc;
@@ -146,7 +149,7 @@ FsResult<void> AtomicWriter::create_named(bool link_file) {
     temp_name_ = std::move(name);
     if (staging) {
       temp_dir_ = std::move(*staging);
-      root_dir_ = std::move(*root_dir);
+      root_dir_ = std::move(root_dir);
     } else {
       int dup = fcntl(dir_.get(), F_DUPFD_CLOEXEC, 0);
       if (dup < 0) return sys_fail("fcntl(F_DUPFD_CLOEXEC)", final_name_);
@@ -182,6 +185,8 @@ FsResult<void> AtomicWriter::commit() {
   if (committed_ || !file_) {
     return fail(Errc::kIo, "commit(" + final_name_ + "): writer already committed or moved from");
   }
+  // The link or rename creates an entry: under the sandbox root's ids, like begin_write.
+  auto identity = HUTCH_TRY(detail::OwnerIdentity::enter(owner_));
   if (fsync(file_.get()) != 0) return sys_fail("fsync", final_name_);
   const std::string name(base_name(final_name_));
   // Whatever the sandbox put at the name meanwhile is checked again: never replace a device.
@@ -201,8 +206,8 @@ FsResult<void> AtomicWriter::commit() {
       committed_ = true;
     } else if (errno != EEXIST) {
       return sys_fail("linkat", final_name_);
-    } else if (auto named = create_named(true); !named) {
-      return named;
+    } else {
+      HUTCH_TRY(create_named(true));
     }
   }
   if (!committed_) {

@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/base/error.h"
+
 namespace hutch::files {
 
 std::string_view errc_name(Errc code) {
@@ -200,7 +202,7 @@ FsResult<UniqueFd> open_in_root(int root_fd, const std::string& path, int flags)
   }
   if (fd < 0) return sys_fail("openat2", path);
   UniqueFd out(fd);
-  if (auto ok = check_fs(out.get(), path); !ok) return std::unexpected(ok.error());
+  HUTCH_TRY(check_fs(out.get(), path));
   return out;
 }
 
@@ -214,11 +216,10 @@ FsResult<UniqueFd> make_dirs(int root_fd, const std::string& path, Owner owner) 
 
   auto cur = open_dir(root_fd, "/");
   if (!cur) return cur;
-  auto parsed = parse_path(path);
-  if (!parsed) return std::unexpected(parsed.error());
+  const SandboxPath parsed = HUTCH_TRY(parse_path(path));
   std::string prefix = "/";
   size_t pos = 1;
-  const std::string& full = parsed->path;
+  const std::string& full = parsed.path;
   while (pos < full.size()) {
     size_t end = full.find('/', pos);
     if (end == std::string::npos) end = full.size();
@@ -263,7 +264,7 @@ FsResult<UniqueFd> open_entry_nofollow(int dir_fd, const std::string& name,
   int fd = openat(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return sys_fail("openat", path);
   UniqueFd out(fd);
-  if (auto ok = check_fs(out.get(), path); !ok) return std::unexpected(ok.error());
+  HUTCH_TRY(check_fs(out.get(), path));
   return out;
 }
 

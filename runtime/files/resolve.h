@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/files/sandbox_fs.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/files/sandbox_fs.h"
 
 namespace hutch::files::detail {
 

@@ -9,13 +9,17 @@
 #include <cerrno>
 #include <cstring>
 
+#include "runtime/base/error.h"
+#include "runtime/files/identity.h"
 #include "runtime/files/resolve.h"
 
 namespace hutch::files {
 
 using detail::fail;
 using detail::join;
+using detail::OwnerIdentity;
 using detail::parse_path;
+using detail::SandboxPath;
 using detail::sys_fail;
 
 namespace {
@@ -52,10 +56,9 @@ FsResult<void> remove_tree(int dir_fd, const std::string& path, int depth) {
   }
   // A few rounds: the sandbox may add entries while we delete.
   for (int round = 0; round < 4; ++round) {
-    auto names = detail::read_dir_names(dir_fd, path);
-    if (!names) return std::unexpected(names.error());
-    if (names->empty()) return {};
-    for (const std::string& name : *names) {
+    const std::vector<std::string> names = HUTCH_TRY(detail::read_dir_names(dir_fd, path));
+    if (names.empty()) return {};
+    for (const std::string& name : names) {
       const std::string child = join(path, name);
       struct stat st {};
       if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -66,8 +69,8 @@ FsResult<void> remove_tree(int dir_fd, const std::string& path, int depth) {
         int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
           UniqueFd sub(fd);
-          if (auto ok = detail::check_fs(sub.get(), child); !ok) return ok;
-          if (auto ok = remove_tree(sub.get(), child, depth + 1); !ok) return ok;
+          HUTCH_TRY(detail::check_fs(sub.get(), child));
+          HUTCH_TRY(remove_tree(sub.get(), child, depth + 1));
           if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT &&
               errno != ENOTEMPTY) {
             return sys_fail("unlinkat", child);
@@ -88,37 +91,38 @@ FsResult<void> remove_tree(int dir_fd, const std::string& path, int depth) {
 
 }  // namespace
 
+// Every public operation runs under OwnerIdentity (identity.h): the sandbox root's ids, checked.
+
 FsResult<UniqueFd> SandboxFs::open_read(std::string_view path) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  return detail::open_regular(root_fd_, p->path, nullptr);
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  return detail::open_regular(root_fd_, p.path, nullptr);
 }
 
 FsResult<AtomicWriter> SandboxFs::begin_write(std::string_view path, std::optional<uint32_t> mode,
                                               uint64_t max_bytes) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  if (p->is_root()) return fail(Errc::kInvalidPath, "write(/): the root is a directory");
-  auto dir = detail::make_dirs(root_fd_, p->parent, owner_);
-  if (!dir) return std::unexpected(dir.error());
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  if (p.is_root()) return fail(Errc::kInvalidPath, "write(/): the root is a directory");
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  UniqueFd dir = HUTCH_TRY(detail::make_dirs(root_fd_, p.parent, owner_));
 
   uint32_t final_mode = 0644;
   struct stat st {};
-  if (fstatat(dir->get(), p->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (fstatat(dir.get(), p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (S_ISDIR(st.st_mode)) {
-      return fail(Errc::kIsDirectory, "write(" + p->path + "): Is a directory");
+      return fail(Errc::kIsDirectory, "write(" + p.path + "): Is a directory");
     }
-    if (is_special(st)) return not_regular(p->path);
+    if (is_special(st)) return not_regular(p.path);
     if (S_ISREG(st.st_mode)) final_mode = st.st_mode & 07777;
   } else if (errno != ENOENT) {
-    return sys_fail("fstatat", p->path);
+    return sys_fail("fstatat", p.path);
   }
   if (mode) final_mode = *mode;
   final_mode = safe_mode(final_mode);
 
   AtomicWriter writer;
-  writer.dir_ = std::move(*dir);
-  writer.final_name_ = p->path;
+  writer.dir_ = std::move(dir);
+  writer.final_name_ = p.path;
   writer.max_bytes_ = max_bytes;
   writer.root_fd_ = root_fd_;
   writer.owner_ = owner_;
@@ -127,102 +131,87 @@ FsResult<AtomicWriter> SandboxFs::begin_write(std::string_view path, std::option
     fd = openat(writer.dir_.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     // EOPNOTSUPP: the filesystem has no O_TMPFILE (overlayfs before 6.6); EISDIR: nor the kernel.
     if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR) {
-      return sys_fail("openat(O_TMPFILE)", p->parent);
+      return sys_fail("openat(O_TMPFILE)", p.parent);
     }
   }
   if (fd >= 0) {
     writer.file_.reset(fd);
-  } else if (auto named = writer.create_named(false); !named) {
-    return std::unexpected(named.error());
+  } else {
+    HUTCH_TRY(writer.create_named(false));
   }
   // Owner and mode at once, on the fd: the temp file is never host root's, even if we crash.
   if (fchown(writer.file_.get(), owner_.uid, owner_.gid) != 0) {
-    return sys_fail("fchown", p->path + " (temp)");
+    return sys_fail("fchown", p.path + " (temp)");
   }
-  if (fchmod(writer.file_.get(), final_mode) != 0) return sys_fail("fchmod", p->path + " (temp)");
+  if (fchmod(writer.file_.get(), final_mode) != 0) return sys_fail("fchmod", p.path + " (temp)");
   return writer;
 }
 
 FsResult<uint64_t> SandboxFs::write_file(std::string_view path, std::string_view content,
                                          std::optional<uint32_t> mode) const {
-  auto writer = begin_write(path, mode, 0);
-  if (!writer) return std::unexpected(writer.error());
-  if (auto ok = writer->write(content.data(), content.size()); !ok) {
-    return std::unexpected(ok.error());
-  }
-  if (auto ok = writer->commit(); !ok) return std::unexpected(ok.error());
-  return writer->bytes_written();
+  AtomicWriter writer = HUTCH_TRY(begin_write(path, mode, 0));
+  HUTCH_TRY(writer.write(content.data(), content.size()));
+  HUTCH_TRY(writer.commit());
+  return writer.bytes_written();
 }
 
 FsResult<std::string> SandboxFs::read_file(std::string_view path, uint64_t max_bytes) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
   struct stat st {};
-  auto fd = detail::open_regular(root_fd_, p->path, &st);
-  if (!fd) return std::unexpected(fd.error());
+  const UniqueFd fd = HUTCH_TRY(detail::open_regular(root_fd_, p.path, &st));
   const auto too_large = [&] {
     return fail(Errc::kTooLarge,
-                "read(" + p->path + "): larger than " + std::to_string(max_bytes) + " bytes");
+                "read(" + p.path + "): larger than " + std::to_string(max_bytes) + " bytes");
   };
   if (max_bytes != 0 && static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
   std::string out;
   out.reserve(static_cast<size_t>(st.st_size));
-  auto read =
-      detail::read_chunks(fd->get(), p->path, [&](std::string_view chunk) -> FsResult<void> {
-        if (max_bytes != 0 && out.size() + chunk.size() > max_bytes) return too_large();
-        out.append(chunk);
-        return {};
-      });
-  if (!read) return std::unexpected(read.error());
+  HUTCH_TRY(detail::read_chunks(fd.get(), p.path, [&](std::string_view chunk) -> FsResult<void> {
+    if (max_bytes != 0 && out.size() + chunk.size() > max_bytes) return too_large();
+    out.append(chunk);
+    return {};
+  }));
   return out;
 }
 
 FsResult<Entry> SandboxFs::stat(std::string_view path) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
   UniqueFd fd;
-  if (p->is_root()) {
-    auto root = detail::open_in_root(root_fd_, "/", O_PATH | O_DIRECTORY);
-    if (!root) return std::unexpected(root.error());
-    fd = std::move(*root);
+  if (p.is_root()) {
+    fd = HUTCH_TRY(detail::open_in_root(root_fd_, "/", O_PATH | O_DIRECTORY));
   } else {
-    auto dir = detail::open_in_root(root_fd_, p->parent, O_PATH | O_DIRECTORY);
-    if (!dir) return std::unexpected(dir.error());
-    auto entry = detail::open_entry_nofollow(dir->get(), p->name, p->path);
-    if (!entry) return std::unexpected(entry.error());
-    fd = std::move(*entry);
+    const UniqueFd dir = HUTCH_TRY(detail::open_in_root(root_fd_, p.parent, O_PATH | O_DIRECTORY));
+    fd = HUTCH_TRY(detail::open_entry_nofollow(dir.get(), p.name, p.path));
   }
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return sys_fail("fstat", p->path);
-  Entry out = detail::make_entry(p->path, st);
+  if (fstat(fd.get(), &st) != 0) return sys_fail("fstat", p.path);
+  Entry out = detail::make_entry(p.path, st);
   if (S_ISLNK(st.st_mode)) {
     // readlinkat(fd, "") reads the link an O_PATH|O_NOFOLLOW fd refers to (readlink(2)).
-    auto target = read_link(fd.get(), "", p->path);
-    if (!target) return std::unexpected(target.error());
-    out.link_target = std::move(*target);
+    out.link_target = HUTCH_TRY(read_link(fd.get(), "", p.path));
   }
   return out;
 }
 
 FsResult<std::vector<Entry>> SandboxFs::list(std::string_view path) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  auto dir = detail::open_dir(root_fd_, p->path);
-  if (!dir) return std::unexpected(dir.error());
-  auto names = detail::read_dir_names(dir->get(), p->path);
-  if (!names) return std::unexpected(names.error());
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  const UniqueFd dir = HUTCH_TRY(detail::open_dir(root_fd_, p.path));
+  const std::vector<std::string> names = HUTCH_TRY(detail::read_dir_names(dir.get(), p.path));
   std::vector<Entry> out;
-  out.reserve(names->size());
-  for (const std::string& name : *names) {
-    std::string child = join(p->path, name);
+  out.reserve(names.size());
+  for (const std::string& name : names) {
+    std::string child = join(p.path, name);
     struct stat st {};
-    if (fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed since getdents
       return sys_fail("fstatat", child);
     }
     Entry entry = detail::make_entry(std::move(child), st);
     if (S_ISLNK(st.st_mode)) {
-      if (auto target = read_link(dir->get(), name.c_str(), entry.path)) {
+      if (auto target = read_link(dir.get(), name.c_str(), entry.path)) {
         entry.link_target = std::move(*target);
       }
     }
@@ -232,108 +221,103 @@ FsResult<std::vector<Entry>> SandboxFs::list(std::string_view path) const {
 }
 
 FsResult<void> SandboxFs::mkdir(std::string_view path, bool parents, uint32_t mode) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  if (p->is_root()) {
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  if (p.is_root()) {
     if (parents) return {};
     return fail(Errc::kAlreadyExists, "mkdirat(/): File exists");
   }
-  auto dir = parents ? detail::make_dirs(root_fd_, p->parent, owner_)
-                     : detail::open_dir(root_fd_, p->parent);
-  if (!dir) return std::unexpected(dir.error());
-  if (mkdirat(dir->get(), p->name.c_str(), 0700) != 0) {
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  const UniqueFd dir = HUTCH_TRY(parents ? detail::make_dirs(root_fd_, p.parent, owner_)
+                                         : detail::open_dir(root_fd_, p.parent));
+  if (mkdirat(dir.get(), p.name.c_str(), 0700) != 0) {
     if (errno == EEXIST && parents) {
       // mkdir -p: fine when it is a directory (or a symlink to one, inside the root).
-      auto existing = detail::open_dir(root_fd_, p->path);
+      auto existing = detail::open_dir(root_fd_, p.path);
       if (existing) return {};
       if (existing.error().code == Errc::kNotFound) {
-        return fail(Errc::kAlreadyExists, "mkdirat(" + p->path + "): exists, not a directory");
+        return fail(Errc::kAlreadyExists, "mkdirat(" + p.path + "): exists, not a directory");
       }
       return std::unexpected(existing.error());
     }
-    return sys_fail("mkdirat", p->path);
+    return sys_fail("mkdirat", p.path);
   }
-  int fd = openat(dir->get(), p->name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return sys_fail("openat", p->path);
+  int fd = openat(dir.get(), p.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sys_fail("openat", p.path);
   UniqueFd made(fd);
-  if (fchown(made.get(), owner_.uid, owner_.gid) != 0) return sys_fail("fchown", p->path);
-  if (fchmod(made.get(), safe_mode(mode)) != 0) return sys_fail("fchmod", p->path);
+  if (fchown(made.get(), owner_.uid, owner_.gid) != 0) return sys_fail("fchown", p.path);
+  if (fchmod(made.get(), safe_mode(mode)) != 0) return sys_fail("fchmod", p.path);
   return {};
 }
 
 FsResult<void> SandboxFs::move(std::string_view from, std::string_view to, bool overwrite) const {
-  auto src = parse_path(from);
-  if (!src) return std::unexpected(src.error());
-  auto dst = parse_path(to);
-  if (!dst) return std::unexpected(dst.error());
-  if (src->is_root() || dst->is_root()) {
-    return fail(Errc::kInvalidPath, "move(" + src->path + " -> " + dst->path + "): cannot move /");
+  const SandboxPath src = HUTCH_TRY(parse_path(from));
+  const SandboxPath dst = HUTCH_TRY(parse_path(to));
+  if (src.is_root() || dst.is_root()) {
+    return fail(Errc::kInvalidPath, "move(" + src.path + " -> " + dst.path + "): cannot move /");
   }
-  if (dst->path.starts_with(src->path + "/")) {
+  if (dst.path.starts_with(src.path + "/")) {
     return fail(Errc::kInvalidPath,
-                "move(" + src->path + " -> " + dst->path + "): cannot move into itself");
+                "move(" + src.path + " -> " + dst.path + "): cannot move into itself");
   }
-  auto src_dir = detail::open_dir(root_fd_, src->parent);
-  if (!src_dir) return std::unexpected(src_dir.error());
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  const UniqueFd src_dir = HUTCH_TRY(detail::open_dir(root_fd_, src.parent));
   struct stat st {};
-  if (fstatat(src_dir->get(), src->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return sys_fail("fstatat", src->path);
+  if (fstatat(src_dir.get(), src.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return sys_fail("fstatat", src.path);
   }
-  const std::string detail_text = src->path + " -> " + dst->path;
+  const std::string detail_text = src.path + " -> " + dst.path;
   if (is_special(st)) {
-    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + src->path +
+    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + src.path +
                                            " is a device, FIFO or socket; left in place");
   }
-  if (src->path == dst->path) return {};
-  auto dst_dir = detail::make_dirs(root_fd_, dst->parent, owner_);
-  if (!dst_dir) return std::unexpected(dst_dir.error());
-  if (fstatat(dst_dir->get(), dst->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && is_special(st)) {
-    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + dst->path +
+  if (src.path == dst.path) return {};
+  const UniqueFd dst_dir = HUTCH_TRY(detail::make_dirs(root_fd_, dst.parent, owner_));
+  if (fstatat(dst_dir.get(), dst.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && is_special(st)) {
+    return fail(Errc::kNotRegularFile, "move(" + detail_text + "): " + dst.path +
                                            " is a device, FIFO or socket; left in place");
   }
   unsigned flags = overwrite ? 0 : RENAME_NOREPLACE;
-  if (renameat2(src_dir->get(), src->name.c_str(), dst_dir->get(), dst->name.c_str(), flags) == 0) {
+  if (renameat2(src_dir.get(), src.name.c_str(), dst_dir.get(), dst.name.c_str(), flags) == 0) {
     return {};
   }
   if (errno != EINVAL || overwrite) return sys_fail("renameat2", detail_text);
   // EINVAL: this filesystem has no RENAME_NOREPLACE (or a real EINVAL, which renameat repeats).
-  if (fstatat(dst_dir->get(), dst->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+  if (fstatat(dst_dir.get(), dst.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     return fail(Errc::kAlreadyExists, "renameat2(" + detail_text + "): File exists");
   }
-  if (renameat(src_dir->get(), src->name.c_str(), dst_dir->get(), dst->name.c_str()) != 0) {
+  if (renameat(src_dir.get(), src.name.c_str(), dst_dir.get(), dst.name.c_str()) != 0) {
     return sys_fail("renameat", detail_text);
   }
   return {};
 }
 
 FsResult<void> SandboxFs::remove(std::string_view path, bool recursive) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  if (p->is_root()) return fail(Errc::kPermissionDenied, "remove(/): refusing to remove the root");
-  auto dir = detail::open_dir(root_fd_, p->parent);
-  if (!dir) return std::unexpected(dir.error());
-  const char* name = p->name.c_str();
+  const SandboxPath p = HUTCH_TRY(parse_path(path));
+  if (p.is_root()) return fail(Errc::kPermissionDenied, "remove(/): refusing to remove the root");
+  auto identity = HUTCH_TRY(OwnerIdentity::enter(owner_));
+  const UniqueFd dir = HUTCH_TRY(detail::open_dir(root_fd_, p.parent));
+  const char* name = p.name.c_str();
   struct stat st {};
-  if (fstatat(dir->get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return sys_fail("fstatat", p->path);
+  if (fstatat(dir.get(), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return sys_fail("fstatat", p.path);
   }
   if (!S_ISDIR(st.st_mode)) {
-    if (unlinkat(dir->get(), name, 0) != 0) return sys_fail("unlinkat", p->path);
+    if (unlinkat(dir.get(), name, 0) != 0) return sys_fail("unlinkat", p.path);
     return {};
   }
   if (recursive) {
-    int fd = openat(dir->get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dir.get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
-      if (errno != ELOOP && errno != ENOTDIR) return sys_fail("openat", p->path);
+      if (errno != ELOOP && errno != ENOTDIR) return sys_fail("openat", p.path);
       // Swapped for a symlink since fstatat: remove the link, never what it points to.
-      if (unlinkat(dir->get(), name, 0) != 0) return sys_fail("unlinkat", p->path);
+      if (unlinkat(dir.get(), name, 0) != 0) return sys_fail("unlinkat", p.path);
       return {};
     }
     UniqueFd sub(fd);
-    if (auto ok = detail::check_fs(sub.get(), p->path); !ok) return ok;
-    if (auto ok = remove_tree(sub.get(), p->path, 1); !ok) return ok;
+    HUTCH_TRY(detail::check_fs(sub.get(), p.path));
+    HUTCH_TRY(remove_tree(sub.get(), p.path, 1));
   }
-  if (unlinkat(dir->get(), name, AT_REMOVEDIR) != 0) return sys_fail("unlinkat", p->path);
+  if (unlinkat(dir.get(), name, AT_REMOVEDIR) != 0) return sys_fail("unlinkat", p.path);
   return {};
 }
 

@@ -6,6 +6,12 @@
 // inside. The last component is operated on through its parent's fd with no-follow semantics.
 // Trees on procfs/sysfs/devpts are refused. Entries this creates are chowned to `owner` (the host
 // ids of the sandbox's root), never left to host root.
+//
+// Every operation runs with the calling thread's fsuid/fsgid switched to `owner` and back
+// (identity.h), so the sandbox root's permissions apply: a file that root could only reach through
+// CAP_DAC_OVERRIDE (mode 0600 of another in-sandbox user) is kPermissionDenied. An operation whose
+// switch does not take effect is refused (kIo) before it touches the tree. Other threads of the
+// process keep their ids.
 #pragma once
 
 #include <sys/types.h>
@@ -91,7 +97,8 @@ struct GrepResult {
 // to replace an existing target an unnamed file is named just before the rename. Named temp files
 // live in the staging directory kStagingDir of the sandbox's "/" when the target is on the same
 // mount (SandboxFs::remove_leftovers() empties it after a crash), else next to the target.
-// Destroying the writer uncommitted removes the temp file.
+// Destroying the writer uncommitted removes the temp file. begin_write, commit() and the removal
+// act as the sandbox's root, like every SandboxFs operation; write() only writes to the open file.
 class AtomicWriter {
  public:
   AtomicWriter(AtomicWriter&&) noexcept;
@@ -128,6 +135,7 @@ inline constexpr std::string_view kStagingDir = ".hutch-tmp";
 class SandboxFs {
  public:
   // root_fd: O_PATH|O_DIRECTORY fd of the sandbox's "/", borrowed (must outlive this object).
+  // owner: the host ids of the sandbox's root, from the id map the sandbox was created with.
   SandboxFs(int root_fd, Owner owner) : root_fd_(root_fd), owner_(owner) {}
 
   // A regular file, opened O_RDONLY (for streaming it out).

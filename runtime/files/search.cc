@@ -8,7 +8,9 @@
 #include <cstring>
 #include <set>
 
+#include "runtime/base/error.h"
 #include "runtime/files/glob.h"
+#include "runtime/files/identity.h"
 #include "runtime/files/resolve.h"
 #include "runtime/files/sandbox_fs.h"
 
@@ -110,9 +112,8 @@ class NameFilter {
   static FsResult<NameFilter> make(std::optional<std::string_view> glob) {
     NameFilter filter;
     if (!glob || glob->empty()) return filter;
-    auto patterns = glob_patterns(*glob);
-    if (!patterns) return std::unexpected(patterns.error());
-    for (const std::string& pattern : *patterns) {
+    const std::vector<std::string> patterns = HUTCH_TRY(glob_patterns(*glob));
+    for (const std::string& pattern : patterns) {
       filter.patterns_.push_back(split_pattern(pattern));
       filter.basename_only_.push_back(pattern.find('/') == std::string::npos);
     }
@@ -252,14 +253,13 @@ class GrepWalk {
 
 FsResult<std::vector<std::string>> SandboxFs::glob(std::string_view pattern,
                                                    std::string_view base) const {
-  auto patterns = glob_patterns(pattern);
-  if (!patterns) return std::unexpected(patterns.error());
-  auto base_path = parse_path(base);
-  if (!base_path) return std::unexpected(base_path.error());
+  const std::vector<std::string> patterns = HUTCH_TRY(glob_patterns(pattern));
+  const detail::SandboxPath base_path = HUTCH_TRY(parse_path(base));
+  auto identity = HUTCH_TRY(detail::OwnerIdentity::enter(owner_));
 
   std::set<std::string> found;
   GlobWalk walker(found);
-  for (const std::string& one : *patterns) {
+  for (const std::string& one : patterns) {
     // An absolute pattern is anchored at the sandbox's "/", whatever `base` says.
     const bool absolute = one.starts_with("/");
     std::vector<std::string> parts = split_pattern(one);
@@ -269,10 +269,9 @@ FsResult<std::vector<std::string>> SandboxFs::glob(std::string_view pattern,
     if (parts.empty()) continue;
     // No "/": base names at any depth.
     if (one.find('/') == std::string::npos) parts.insert(parts.begin(), "**");
-    const std::string start = absolute ? "/" : base_path->path;
-    auto dir = detail::open_dir(root_fd_, start);
-    if (!dir) return std::unexpected(dir.error());
-    walker.walk(dir->get(), start, parts, 0, 0);
+    const std::string start = absolute ? "/" : base_path.path;
+    const UniqueFd dir = HUTCH_TRY(detail::open_dir(root_fd_, start));
+    walker.walk(dir.get(), start, parts, 0, 0);
   }
   return std::vector<std::string>(found.begin(), found.end());
 }
@@ -280,24 +279,23 @@ FsResult<std::vector<std::string>> SandboxFs::glob(std::string_view pattern,
 FsResult<GrepResult> SandboxFs::grep(std::string_view literal, std::string_view path,
                                      std::optional<std::string_view> glob_filter,
                                      uint64_t max_count) const {
-  auto p = parse_path(path);
-  if (!p) return std::unexpected(p.error());
-  auto filter = NameFilter::make(glob_filter);
-  if (!filter) return std::unexpected(filter.error());
-  auto fd = detail::open_in_root(root_fd_, p->path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-  if (!fd) return std::unexpected(fd.error());
+  const detail::SandboxPath p = HUTCH_TRY(parse_path(path));
+  const NameFilter filter = HUTCH_TRY(NameFilter::make(glob_filter));
+  auto identity = HUTCH_TRY(detail::OwnerIdentity::enter(owner_));
+  const UniqueFd fd =
+      HUTCH_TRY(detail::open_in_root(root_fd_, p.path, O_RDONLY | O_NONBLOCK | O_NOCTTY));
   struct stat st {};
-  if (fstat(fd->get(), &st) != 0) return sys_fail("fstat", p->path);
+  if (fstat(fd.get(), &st) != 0) return sys_fail("fstat", p.path);
 
   GrepResult out;
-  GrepWalk walker(literal, max_count != 0 ? max_count : kGrepDefaultCap, *filter, out);
+  GrepWalk walker(literal, max_count != 0 ? max_count : kGrepDefaultCap, filter, out);
   if (S_ISDIR(st.st_mode)) {
     std::vector<std::string> rel;
-    walker.walk(fd->get(), p->path, rel, 0);
+    walker.walk(fd.get(), p.path, rel, 0);
   } else if (S_ISREG(st.st_mode)) {
-    if (filter->matches({p->name})) walker.search(fd->get(), p->path);
+    if (filter.matches({p.name})) walker.search(fd.get(), p.path);
   } else {
-    return fail(Errc::kInvalidPath, "grep(" + p->path + "): not a regular file or directory");
+    return fail(Errc::kInvalidPath, "grep(" + p.path + "): not a regular file or directory");
   }
   return out;
 }

@@ -107,6 +107,40 @@ TEST_F(FilesTest, PutGetBinaryRoundTripOwnedBySandboxRoot) {
   EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id_ + "/files").status, 400);
 }
 
+// The API acts as the sandbox's root, not as host root (runtime/files/identity.h): a 0600 file of
+// another user inside (uid 1000, host 1000001000) cannot be read or replaced through it.
+TEST_F(FilesTest, AnotherUsersPrivateFileIsPermissionDenied) {
+  ASSERT_EQ(daemon_->put(files("/home/alice/key"), "alice's secret").status, 200);
+  ASSERT_EQ(daemon_->put(files("/root/mine") + "&mode=0600", "root's own").status, 200);
+  // Given to uid 1000 from the host: the sandbox's root has no CAP_CHOWN.
+  for (const char* path : {"/home/alice", "/home/alice/key"})
+    ASSERT_EQ(::chown(host_path(path).c_str(), 1000001000, 1000001000), 0) << path;
+  ASSERT_EQ(::chmod(host_path("/home/alice/key").c_str(), 0600), 0);
+
+  auto get = daemon_->get(files("/home/alice/key"));
+  EXPECT_EQ(get.status, 403) << get.raw;
+  EXPECT_EQ(error_code(get), "permission_denied");
+  auto put = daemon_->put(files("/home/alice/key"), "overwritten");
+  EXPECT_EQ(put.status, 403) << put.raw;
+  EXPECT_EQ(error_code(op("read", {{"path", "/home/alice/key"}})), "permission_denied");
+  EXPECT_EQ(error_code(op("write", {{"path", "/home/alice/key"}, {"content", "x"}})),
+            "permission_denied");
+  auto down = op("download", {{"paths", {"/home/alice/key"}}});
+  ASSERT_EQ(down.status, 200) << down.raw;
+  EXPECT_EQ(down.body["files"][0]["error"], "permission_denied") << down.raw;
+  // The kernel's view inside: untouched, still uid 1000's.
+  auto inside = exec(id_, {{"command", "stat -c '%u %a' /home/alice/key; ls /home/alice"}});
+  EXPECT_EQ(inside["stdout"], "1000 600\nkey\n");
+  std::ifstream key(host_path("/home/alice/key"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(key), {}), "alice's secret");
+
+  // The sandbox root's own 0600 file is its to read.
+  auto mine = daemon_->client()->Get(files("/root/mine"));
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(mine->status, 200);
+  EXPECT_EQ(mine->body, "root's own");
+}
+
 TEST_F(FilesTest, DeepAgentsOperations) {
   ASSERT_EQ(op("mkdir", {{"path", "/w/a/b"}, {"parents", true}}).status, 200);
   EXPECT_EQ(op("mkdir", {{"path", "/w/a/b"}}).status, 409);

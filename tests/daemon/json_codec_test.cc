@@ -1,9 +1,14 @@
-// The daemon's request validation and encoding (daemon/json_codec.h): pure, no root.
+// The daemon's request validation and encoding (daemon/json_codec.h), its helpers (daemon/codec/)
+// and the spec policy (daemon/sandbox_spec.h): pure, no root.
 #include "daemon/json_codec.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "daemon/errors.h"
+#include "daemon/sandbox_spec.h"
+#include "runtime/defaults.h"
 
 namespace hutch::daemon {
 namespace {
@@ -103,6 +108,56 @@ TEST(JsonCodec, EnvironmentMergeOrder) {
   EXPECT_NE(std::find(env.begin(), env.end(), "LANG=C.UTF-8"), env.end());
   EXPECT_EQ(std::count_if(env.begin(), env.end(), [](auto& kv) { return kv.starts_with("A="); }),
             1);
+}
+
+std::string env_key(const std::string& entry) { return entry.substr(0, entry.find('=')); }
+
+// hutchd's defaults are runtime/defaults.h's (the CLI's too), for the sandbox's root.
+TEST(JsonCodec, SpecPolicyAppliesTheRuntimeDefaults) {
+  std::vector<std::string> defaults = default_environment(0);
+  std::sort(defaults.begin(), defaults.end());
+  std::vector<std::string> bare = exec_environment({}, {});
+  std::sort(bare.begin(), bare.end());
+  EXPECT_EQ(bare, defaults);
+
+  SandboxConfig config =
+      parse_sandbox_config({{"env", {{"PATH", "/opt/bin"}, {"A0", "x"}, {"A", "y"}}}});
+  SandboxSpec spec = build_spec(config, "/var/lib/hutch");
+  EXPECT_EQ(spec.uid, 0u);
+  EXPECT_EQ(spec.gid, 0u);
+  EXPECT_EQ(spec.ids.host_base, IdMap{}.host_base);
+  EXPECT_EQ(spec.ids.count, IdMap{}.count);
+  const files::Owner owner = sandbox_root_owner(config);
+  EXPECT_EQ(owner.uid, spec.ids.host_base);
+  EXPECT_EQ(owner.gid, spec.ids.host_base);
+  // Sorted by key ("A" before "A0", although "A=" sorts after "A0" as text); overrides win.
+  EXPECT_EQ(spec.env, (std::vector<std::string>{"A=y", "A0=x", "HOME=/root", "LANG=C.UTF-8",
+                                                "PATH=/opt/bin", "TERM=xterm"}));
+  EXPECT_TRUE(std::is_sorted(spec.env.begin(), spec.env.end(),
+                             [](auto& a, auto& b) { return env_key(a) < env_key(b); }));
+}
+
+// The codec refuses exactly what runtime/defaults.h's rules refuse.
+TEST(JsonCodec, HostnamesAndEnvKeysFollowTheRuntimeRules) {
+  for (const std::string& name :
+       {std::string("box-1.local"), std::string(64, 'a'), std::string(65, 'a'), std::string("a b"),
+        std::string("a_b"), std::string("")}) {
+    EXPECT_EQ(status_of([&] {
+                parse_sandbox_config({{"hostname", name}});
+              }),
+              valid_hostname(name) ? 200 : 400)
+        << name;
+  }
+  for (const std::string& key : {std::string("_A1"), std::string("9X"), std::string("A-B"),
+                                 std::string(256, 'K'), std::string(257, 'K')}) {
+    const int expected = valid_env_key(key) ? 200 : 400;
+    EXPECT_EQ(status_of([&] { parse_sandbox_config({{"env", {{key, "v"}}}}); }), expected) << key;
+    EXPECT_EQ(status_of([&] {
+                parse_exec_request({{"argv", {"a"}}, {"env", {{key, "v"}}}}, ExecFlavor::kPlain);
+              }),
+              expected)
+        << key;
+  }
 }
 
 TEST(JsonCodec, EncodingHelpers) {

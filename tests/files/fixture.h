@@ -31,6 +31,8 @@ class FsTest : public ::testing::Test {
     root_ = temp_.path() + "/root";
     outside_ = temp_.path() + "/outside";
     ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    // A sandbox's "/" belongs to its root, as the overlay's root directory does.
+    ASSERT_EQ(::chown(root_.c_str(), kOwner.uid, kOwner.gid), 0);
     ASSERT_EQ(::mkdir(outside_.c_str(), 0755), 0);
     put_host(outside_ + "/canary", kCanaryText);
     root_fd_.reset(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -48,8 +50,20 @@ class FsTest : public ::testing::Test {
     std::ofstream out(host_path, std::ios::binary | std::ios::trunc);
     out << content;
   }
+  // A file of the sandbox's root, and its missing parents, as the sandbox would have made them.
   void put(std::string_view sandbox_path, std::string_view content) const {
+    std::filesystem::path missing = host(sandbox_path);
+    while (!std::filesystem::exists(missing.parent_path())) missing = missing.parent_path();
     put_host(host(sandbox_path), content);
+    for (std::filesystem::path at = host(sandbox_path);; at = at.parent_path()) {
+      EXPECT_EQ(::lchown(at.c_str(), kOwner.uid, kOwner.gid), 0) << at;
+      if (at == missing) break;
+    }
+  }
+  // A directory of the sandbox's root, as the sandbox would have made it.
+  void make_dir(std::string_view sandbox_path) const {
+    ASSERT_EQ(::mkdir(host(sandbox_path).c_str(), 0755), 0) << sandbox_path;
+    ASSERT_EQ(::chown(host(sandbox_path).c_str(), kOwner.uid, kOwner.gid), 0) << sandbox_path;
   }
   static std::string slurp_host(const std::string& host_path) {
     std::ifstream in(host_path, std::ios::binary);

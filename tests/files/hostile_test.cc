@@ -111,8 +111,8 @@ TEST_F(FsTest, IntermediateSymlinksToTheHostNeverLeaveTheRoot) {
 }
 
 TEST_F(FsTest, SymlinksInsideTheRootStillWork) {
-  ASSERT_EQ(::mkdir(host("/usr").c_str(), 0755), 0);
-  ASSERT_EQ(::mkdir(host("/usr/lib").c_str(), 0755), 0);
+  make_dir("/usr");
+  make_dir("/usr/lib");
   ASSERT_EQ(::symlink("usr/lib", host("/lib").c_str()), 0);  // merged /usr
   ASSERT_TRUE(ok(fs().write_file("/lib/libx.so", "elf")));
   EXPECT_EQ(slurp_host(host("/usr/lib/libx.so")), "elf");
