@@ -57,9 +57,6 @@ json config_to_json(const SandboxConfig& config);
 
 // The runtime spec for a sandbox (seccomp excluded: the zygote loads the built-in program).
 SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir);
-// The zygote's wire format for a spec (seccomp excluded).
-json spec_to_json(const SandboxSpec& spec);
-SandboxSpec spec_from_json(const json& j);
 
 enum class ExecFlavor { kPlain, kBash, kPython };
 

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <vector>
 
-#include "daemon/json_codec.h"
+#include "daemon/zygote_wire.h"
 #include "runtime/fs/host_rootfs.h"
 #include "runtime/ns/net.h"
 #include "runtime/process/sync.h"

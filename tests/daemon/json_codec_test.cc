@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/errors.h"
+#include "daemon/zygote_wire.h"
 
 namespace hutch::daemon {
 namespace {
