@@ -10,6 +10,8 @@
 //   on the host bound by the supervisor before clone3, and forks one shim per exec.
 // - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on
 //   request kills the command's whole process tree, double forks and setsid included.
+// This header is the client side, used by multi-threaded hutchd; the single-threaded server is
+// runtime/supervisor.h, and the messages between them runtime/supervisor_protocol.h.
 #pragma once
 
 #include <sys/types.h>
