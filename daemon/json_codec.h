@@ -31,9 +31,6 @@ enum class ConfigSource { kRequest, kRecord };
 SandboxConfig parse_sandbox_config(const json& body, ConfigSource source = ConfigSource::kRequest);
 json config_to_json(const SandboxConfig& config);
 
-// The zygote's wire format for a spec (seccomp excluded).
-json spec_to_json(const SandboxSpec& spec);
-SandboxSpec spec_from_json(const json& j);
 
 enum class ExecFlavor { kPlain, kBash, kPython };
 

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "daemon/errors.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/cgroup/stale.h"
 #include "runtime/process/pidfd.h"
 
@@ -276,7 +277,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     // its socket (SO_PEERCRED) and its init as its child, and destroy that sandbox.
     pid_t supervisor = socket_peer(dir + "/supervisor.sock");
     if (supervisor > 0) {
-      LiveSandboxRef found{supervisor, process_start_time(supervisor).value_or(0),
+      auto state = read_proc_state(supervisor);
+      LiveSandboxRef found{supervisor, state ? state->start_time : 0,
                            first_child(supervisor), dir + "/exec.sock", dir + "/supervisor.sock"};
       auto live = LiveSandbox::connect(found);
       if (live) {

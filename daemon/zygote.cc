@@ -10,15 +10,14 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
-#include "daemon/json_codec.h"
+#include "daemon/zygote_wire.h"
 #include "runtime/fs/host_rootfs.h"
 #include "runtime/ns/net.h"
 #include "runtime/process/sync.h"
+#include "runtime/supervisor_protocol.h"
 #include "seccomp/default_program.h"
 
 namespace hutch::daemon {
@@ -27,20 +26,17 @@ namespace {
 constexpr size_t kMaxMessage = 192 * 1024;  // below the default SEQPACKET send buffer
 constexpr size_t kNetnsAhead = 4;
 
-void write_line(int fd, const std::string& line) {
-  size_t done = 0;
-  while (done < line.size()) {
-    ssize_t n = ::write(fd, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
+// One request from hutchd, decoded whole before the fork: the child only acts on it.
+struct SpawnRequest {
+  SandboxSpec spec;
+  std::string exec_socket;
+  std::string supervisor_socket;
+  std::string log_path;
+};
 
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
 // session (a terminal's ^C to hutchd's process group must not reach sandboxes), no hutchd stdio.
-[[noreturn]] void run_supervisor(const nlohmann::json& request, SandboxSpec spec, int ready_fd,
-                                 MadeAhead made) {
+[[noreturn]] void run_supervisor(SpawnRequest request, UniqueFd ready, MadeAhead made) {
   for (int sig = 1; sig < NSIG; ++sig) {
     if (sig != SIGKILL && sig != SIGSTOP)
       ::signal(sig, SIG_DFL);  // SIGCHLD too: the zygote ignores it
@@ -51,54 +47,24 @@ void write_line(int fd, const std::string& line) {
   setsid();
   // Not "hutchd…": `pkill hutchd` must not take sandboxes down with the daemon.
   prctl(PR_SET_NAME, "hutch-supervise");
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  int log_fd = ::open(request.at("log").get<std::string>().c_str(),
-                      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (null_fd >= 0) {
-    dup2(null_fd, STDIN_FILENO);
-    dup2(null_fd, STDOUT_FILENO);
-    dup2(log_fd >= 0 ? log_fd : null_fd, STDERR_FILENO);
+  {
+    const UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    const UniqueFd log(
+        ::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (null) {
+      dup2(null.get(), STDIN_FILENO);
+      dup2(null.get(), STDOUT_FILENO);
+      dup2(log ? log.get() : null.get(), STDERR_FILENO);
+    }
   }
-  write_line(ready_fd, "supervisor " + std::to_string(getpid()) + "\n");
-  spec.seccomp = default_seccomp_program();
-  int status = serve_sandbox(spec, request.at("exec_socket").get<std::string>(),
-                             request.at("supervisor_socket").get<std::string>(), ready_fd,
-                             std::move(made));
+  ServeReady announced;
+  announced.kind = ServeReady::Kind::kSupervisor;
+  announced.supervisor_pid = getpid();
+  write_ready(ready.get(), announced);
+  request.spec.seccomp = default_seccomp_program();
+  int status = serve_sandbox(request.spec, request.exec_socket, request.supervisor_socket,
+                             ready.release(), std::move(made));
   _exit(status);
-}
-
-// Reads lines from the ready pipe until "ok"/"error" or EOF, within the deadline.
-Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
-                              std::vector<std::string>& lines) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::string text;
-  for (;;) {
-    size_t newline;
-    while ((newline = text.find('\n')) != std::string::npos) {
-      lines.push_back(text.substr(0, newline));
-      text.erase(0, newline + 1);
-      if (lines.back().starts_with("ok ") || lines.back().starts_with("error ")) return {};
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
-      return plain_error("sandbox start", "timed out waiting for the supervisor");
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return sys_error("poll", "ready pipe");
-    if (r == 0) continue;
-    char chunk[512];
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_error("read", "ready pipe");
-    if (n == 0) {
-      if (!text.empty()) lines.push_back(text);
-      lines.push_back("error the supervisor exited before its sandbox was ready");
-      return {};
-    }
-    text.append(chunk, static_cast<size_t>(n));
-  }
 }
 
 }  // namespace
@@ -126,8 +92,8 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
         if (made) {
           ready_netns.push_back(std::move(*made));
         } else {
-          write_line(STDERR_FILENO, "hutchd-zygote: network namespaces are not made ahead: " +
-                                        made.error().message() + "\n");
+          std::fprintf(stderr, "hutchd-zygote: network namespaces are not made ahead: %s\n",
+                       made.error().message().c_str());
           make_netns_ahead = false;
         }
         continue;
@@ -138,23 +104,28 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
     long n = recv_with_fds(sock, buffer.data(), buffer.size(), &ready_fd, &fd_count);
     if (n <= 0) _exit(0);  // hutchd is gone
     if (fd_count != 1) continue;
-    nlohmann::json request;
-    SandboxSpec spec;
+    UniqueFd ready(ready_fd);
+    SpawnRequest request;
     try {
-      request = nlohmann::json::parse(std::string_view(buffer.data(), static_cast<size_t>(n)));
-      spec = spec_from_json(request.at("spec"));
+      const nlohmann::json json =
+          nlohmann::json::parse(std::string_view(buffer.data(), static_cast<size_t>(n)));
+      request.spec = spec_from_json(json.at("spec"));
+      request.exec_socket = json.at("exec_socket").get<std::string>();
+      request.supervisor_socket = json.at("supervisor_socket").get<std::string>();
+      request.log_path = json.at("log").get<std::string>();
     } catch (const std::exception& e) {
-      write_line(ready_fd, std::string("error zygote: bad request: ") + e.what() + "\n");
-      ::close(ready_fd);
+      write_ready(ready.get(),
+                  failed_ready(Error{"zygote", std::string("bad request: ") + e.what()}));
       continue;
     }
     MadeAhead made;
     // Without one (a failed build), the supervisor plans and builds its own and reports
     // whatever fails there.
-    if (skeletons && spec.lower_dirs.empty()) {
-      if (auto taken = skeletons->take(spec.ids.host_base)) made.skeleton = std::move(*taken);
+    if (skeletons && request.spec.lower_dirs.empty()) {
+      if (auto taken = skeletons->take(request.spec.ids.host_base))
+        made.skeleton = std::move(*taken);
     }
-    if (spec.net == NetMode::kLoopback && !ready_netns.empty()) {
+    if (request.spec.net == NetMode::kLoopback && !ready_netns.empty()) {
       made.netns = std::move(ready_netns.front());
       ready_netns.pop_front();
     }
@@ -162,10 +133,9 @@ Result<void> read_ready_lines(int fd, std::chrono::milliseconds timeout,
     if (pid == 0) {
       ::close(sock);
       ready_netns.clear();  // other sandboxes' namespaces
-      run_supervisor(request, std::move(spec), ready_fd, std::move(made));
+      run_supervisor(std::move(request), std::move(ready), std::move(made));
     }
-    if (pid < 0) write_line(ready_fd, std::string("error fork: ") + std::strerror(errno) + "\n");
-    ::close(ready_fd);
+    if (pid < 0) write_ready(ready.get(), failed_ready(sys_error("fork", "supervisor").error()));
   }
 }
 
@@ -209,44 +179,12 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
     return sys_error("sendmsg", "zygote", err);
   write_end.reset();  // the zygote and the supervisor hold the only write ends now: EOF = gone
 
-  std::vector<std::string> lines;
-  auto status = read_ready_lines(read_end.get(), timeout, lines);
-  LiveSandboxRef ref;
-  ref.exec_socket = exec_socket;
-  ref.supervisor_socket = supervisor_socket;
-  for (const std::string& line : lines) {
-    if (line.starts_with("supervisor ")) ref.supervisor_pid = std::atoi(line.c_str() + 11);
-  }
-  if (!status) {
-    // A supervisor stuck in setup: kill it rather than leave it behind unrecorded.
-    if (ref.supervisor_pid > 0) ::kill(ref.supervisor_pid, SIGKILL);
-    return std::unexpected(status.error());
-  }
-  const std::string& last = lines.back();
-  if (!last.starts_with("ok ")) {
-    // A supervisor that reported an error exits by itself (status 125) after its cleanup.
-    return plain_error("sandbox start", last.starts_with("error ") ? last.substr(6) : last);
-  }
-  ref.init_pid = std::atoi(last.c_str() + 3);
-  auto start_time = process_start_time(ref.supervisor_pid);
-  if (ref.supervisor_pid <= 0 || ref.init_pid <= 0 || !start_time)
-    return plain_error("sandbox start", "the supervisor vanished right after it was ready");
-  ref.supervisor_start_time = *start_time;
+  pid_t stuck = 0;
+  auto ref = read_serve_ready(read_end.get(), timeout, exec_socket, supervisor_socket, &stuck);
+  // A supervisor stuck in setup: kill it rather than leave it behind unrecorded. One that reported
+  // its failure exits by itself (status 125) after its cleanup.
+  if (!ref && stuck > 0) ::kill(stuck, SIGKILL);
   return ref;
-}
-
-std::optional<uint64_t> process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field;
-  // Fields after the comm start at field 3 (state); start time is field 22.
-  for (int index = 3; fields >> field; ++index) {
-    if (index == 22) return std::stoull(field);
-  }
-  return std::nullopt;
 }
 
 }  // namespace hutch::daemon

@@ -5,24 +5,25 @@
 // and forking from a small static image makes every fork below it (init's per-exec shims
 // included) cheap.
 //
-// Protocol (SOCK_SEQPACKET, one request per message): the spec and socket paths as JSON, with the
-// write end of a ready pipe attached (SCM_RIGHTS). The forked child writes
-// "supervisor <pid>\n" on that pipe, then serve_sandbox() writes "ok <init pid>\n" or
-// "error <message>\n". The zygote answers nothing on the socket itself: every outcome, including
-// its own fork failure, arrives on the ready pipe.
+// Protocol (SOCK_SEQPACKET, one request per message): the spec (daemon/zygote_wire.h) and socket
+// paths as JSON, with the write end of a ready pipe attached (SCM_RIGHTS). On that pipe the
+// forked child writes a ServeReady kSupervisor with its pid, then serve_sandbox() writes kServing
+// (init's pid, the supervisor's pid and start time) or kFailed with its error
+// (runtime/supervisor_protocol.h); read_serve_ready reads them. The zygote answers nothing on the
+// socket itself: every outcome, including its own fork failure or a bad request (kFailed), arrives
+// on the ready pipe.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 #include "runtime/live_sandbox.h"
 #include "runtime/spec.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch::daemon {
 
@@ -48,8 +49,5 @@ inline constexpr int kZygoteSocketFd = 3;
 
 // The zygote's loop: never returns; exits when hutchd closes the other end of `sock`.
 [[noreturn]] void run_zygote(int sock);
-
-// /proc/<pid>/stat field 22 (start time in clock ticks since boot), nullopt when gone.
-std::optional<uint64_t> process_start_time(pid_t pid);
 
 }  // namespace hutch::daemon

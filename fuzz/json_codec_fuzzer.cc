@@ -10,6 +10,7 @@
 
 #include "daemon/errors.h"
 #include "daemon/json_codec.h"
+#include "daemon/zygote_wire.h"
 
 namespace {
 

@@ -1,15 +1,17 @@
 // A sandbox that stays up and runs commands on request: hutchd's unit of work.
 //
 // Three processes per sandbox, each with one job:
-// - the supervisor (serve_sandbox) builds the sandbox, stays its parent, owns its cgroups, and
-//   answers freeze/thaw/stats/destroy on `supervisor_socket`; when init ends, it tears down and
-//   exits. It does not depend on hutchd: a restarted hutchd reconnects to it
-//   (LiveSandbox::connect), and while no client is attached it enforces the sandbox's deadlines
-//   itself (LiveSandbox::set_deadlines).
+// - the supervisor (serve_sandbox, runtime/supervisor.h) builds the sandbox, stays its parent,
+//   owns its cgroups, and answers freeze/thaw/stats/snapshot/destroy on `supervisor_socket`
+//   (runtime/supervisor_protocol.h); when init ends, it tears down and exits. It does not depend on
+//   hutchd: a restarted hutchd reconnects to it (LiveSandbox::connect), and while no client is
+//   attached it enforces the sandbox's deadlines itself (LiveSandbox::set_deadlines).
 // - init (pid 1 inside, fully confined) accepts exec requests on `exec_socket`, a listening socket
 //   on the host bound by the supervisor before clone3, and forks one shim per exec.
 // - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on
 //   request kills the command's whole process tree, double forks and setsid included.
+// This header is the client side, used by multi-threaded hutchd; the single-threaded server is
+// runtime/supervisor.h, and the messages between them runtime/supervisor_protocol.h.
 #pragma once
 
 #include <sys/types.h>
@@ -19,12 +21,16 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cgroup/stats.h"
 #include "runtime/base/error.h"
-#include "runtime/spec.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/cgroup/stats.h"
+#include "runtime/spec.h"
+#include "runtime/supervisor.h"
 
 namespace hutch {
+
+struct SupervisorRequest;
+struct SupervisorReply;
 
 // Where a live sandbox can be reached; what hutchd persists to find it again after a restart.
 struct LiveSandboxRef {
@@ -35,43 +41,15 @@ struct LiveSandboxRef {
   std::string supervisor_socket;
 };
 
-// Runs the supervisor in the calling process, which must be single-threaded (init forks and
-// allocates freely afterwards, which is safe only if clone3 copied no other thread's locks).
-// spec.argv is ignored. Writes one line to ready_fd and closes it: "ok <init pid> <supervisor
-// pid> <supervisor start time>\n" once init serves, or "error <message>\n" (read it with
-// read_serve_ready). Returns the process's exit status when the sandbox is gone (0 after a
-// requested destroy or init's exit, 125 when it could not be built).
-//
-// `made_ahead`: parts a long-lived caller (hutchd's zygote) made before the request, each
-// optional; serve_sandbox makes what is missing itself.
-struct MadeAhead {
-  UniqueFd skeleton;  // the host rootfs's skeleton (SkeletonCache::take)
-  UniqueFd netns;     // a network namespace with lo up (make_loopback_netns), used once
-};
-int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
-                  const std::string& supervisor_socket, int ready_fd,
-                  MadeAhead made_ahead = MadeAhead());
-
-// The other end of serve_sandbox's ready_fd: waits up to `timeout` for its line. The Error of a
-// failed build carries the supervisor's message.
+// The other end of serve_sandbox's ready_fd: reads ServeReady messages (decode_ready) until
+// kServing or kFailed, for at most `timeout`. The Error of a failed build carries the
+// supervisor's. `stuck_supervisor`, when given: the pid of a kSupervisor message (the zygote's
+// child) that neither kServing nor kFailed followed in time, else 0; a supervisor that reported
+// kFailed cleans up and exits by itself, one stuck in setup is for the caller to kill.
 Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds timeout,
                                         const std::string& exec_socket,
-                                        const std::string& supervisor_socket);
-
-// What the supervisor enforces by itself while no LiveSandbox is attached to it (connect attaches;
-// the attachment ends when that LiveSandbox is destroyed or its process dies). While one is
-// attached, its owner (hutchd's reaper) is in charge and the supervisor does nothing, so a
-// sandbox is never torn down twice. Frozen or not, a due sandbox is thawed and destroyed as by
-// LiveSandbox::destroy, then `state_dir` is removed.
-struct SandboxDeadlines {
-  // Max lifetime: an absolute wall-clock time, so that an adopting client sends the same one.
-  std::optional<std::chrono::system_clock::time_point> end_at;
-  // Idle TTL, counted from the moment the last attachment closed: no client can have seen any
-  // activity later than that. Zero: the sandbox ends as soon as no client is attached.
-  std::optional<std::chrono::milliseconds> idle_ttl;
-  // The client's directory for this sandbox (removed recursively); empty: none.
-  std::string state_dir;
-};
+                                        const std::string& supervisor_socket,
+                                        pid_t* stuck_supervisor = nullptr);
 
 struct ExecRequest {
   std::vector<std::string> argv;  // argv[0] is searched in the sandbox's PATH (from env) if bare
@@ -160,11 +138,10 @@ class LiveSandbox {
 
  private:
   LiveSandbox() = default;
-  // One request; an fd that comes with the answer goes to *received_fd (closed when null).
-  Result<std::string> supervisor_request(const std::string& command,
-                                         UniqueFd* received_fd = nullptr) const;
+  // One request on a new connection; `fd` goes with it (-1: none).
+  Result<SupervisorReply> supervisor_request(const SupervisorRequest& request, int fd = -1) const;
   LiveSandboxRef ref_;
-  UniqueFd attachment_;  // the connection of the "oom_counter" request, kept open
+  UniqueFd attachment_;  // the connection of the kAttach request, kept open
   UniqueFd supervisor_pidfd_;
   UniqueFd init_pidfd_;
   UniqueFd oom_counter_;

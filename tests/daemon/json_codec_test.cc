@@ -9,6 +9,7 @@
 #include "daemon/errors.h"
 #include "daemon/sandbox_spec.h"
 #include "runtime/defaults.h"
+#include "daemon/zygote_wire.h"
 
 namespace hutch::daemon {
 namespace {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/supervisor_protocol.h"
 #include "seccomp/default_program.h"
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
@@ -342,6 +344,47 @@ TEST_F(LiveSandboxTest, SnapshotCopiesTheUpperDirExactlyWhileAWriterRuns) {
   EXPECT_GT(st.st_size, 1) << "a whole number, never an empty half-written file";
   // The sandbox runs on after the snapshot (thawed).
   EXPECT_EQ(run({"cat", "/etc/motd"}).out, "v1\n");
+}
+
+// The supervisor refuses what is not a request of its protocol (here the word the protocol before
+// it spoke) with a typed error reply, and serves on, unfrozen.
+TEST_F(LiveSandboxTest, SupervisorRefusesGarbageAndServesOn) {
+  auto address = unix_address(supervisor_socket_);
+  ASSERT_TRUE(address) << address.error().message();
+  const UniqueFd conn(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(conn);
+  ASSERT_EQ(connect(conn.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof *address), 0);
+  ASSERT_EQ(send(conn.get(), "freeze", 6, MSG_NOSIGNAL), 6);
+  std::vector<char> reply(sizeof(SupervisorReply) + 1);
+  const ssize_t n = recv(conn.get(), reply.data(), reply.size(), 0);
+  auto decoded = decode_reply(reply.data(), n);
+  ASSERT_TRUE(decoded) << decoded.error().message();
+  EXPECT_EQ(decoded->ok, 0u);
+  EXPECT_EQ(from_wire(decoded->error).message(),
+            "supervisor request: malformed message: 6 bytes, not " +
+                std::to_string(sizeof(SupervisorRequest)));
+  EXPECT_EQ(run({"true"}).exit.exit_code, 0);
+  auto stats = sandbox_->stats();
+  ASSERT_TRUE(stats) << stats.error().message();
+  EXPECT_TRUE(stats->pids_current.has_value());
+}
+
+// The destination is checked by the client and opened there (its parent, as an fd); a failed copy
+// leaves the sandbox thawed.
+TEST_F(LiveSandboxTest, SnapshotToABadDestinationFailsAndTheSandboxRunsOn) {
+  auto relative = sandbox_->snapshot("snap");
+  ASSERT_FALSE(relative);
+  EXPECT_EQ(relative.error().message(), "snapshot: bad snapshot path snap");
+  const std::string missing = dir_.path() + "/no/such/snap";
+  auto orphan = sandbox_->snapshot(missing);
+  ASSERT_FALSE(orphan);
+  EXPECT_EQ(orphan.error().message(),
+            "snapshot: open(" + dir_.path() + "/no/such): No such file or directory");
+  auto taken = sandbox_->snapshot(dir_.path());  // exists already
+  ASSERT_FALSE(taken);
+  EXPECT_NE(taken.error().message().find("File exists"), std::string::npos)
+      << taken.error().message();
+  EXPECT_EQ(run({"true"}).exit.exit_code, 0) << "thawed after the failed copy";
 }
 
 TEST_F(LiveSandboxTest, DestroyLeavesNothingAndConnectRefusesAfterwards) {
