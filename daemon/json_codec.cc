@@ -146,9 +146,6 @@ json config_to_json(const SandboxConfig& config) {
   return out;
 }
 
-  return spec;
-}
-
 ExecOptions parse_exec_request(const json& body, ExecFlavor flavor) {
   require_object(body, "the request body");
   ExecOptions options;
