@@ -8,7 +8,7 @@
 # libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
 # oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
 # systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
-# computes the package's Depends with them (tests/install).
+# computes the package's Depends with them (tests/install); clang-format: scripts/check-docs.sh.
 # Builds with warnings as errors (HUTCH_WERROR, off for packagers' builds).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
@@ -23,6 +23,7 @@ packages=(
   bubblewrap crun runc util-linux
   clang-16 libclang-rt-16-dev
   systemd dpkg-dev file
+  clang-format
 )
 
 missing=()
