@@ -14,7 +14,9 @@
 
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/processes.h"
 #include "tests/common/time_scale.h"
+#include "tests/common/wait.h"
 
 namespace hutch::testing {
 namespace {
@@ -36,13 +38,18 @@ TEST(Limits, MemoryHogIsOomKilledAndReported) {
 
 TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   HUTCH_REQUIRE_ROOT();
-  auto bomb = std::async(std::launch::async, [] {
+  // The shell's $0: every subshell of the bomb carries it in its command line.
+  const std::string marker = "hutch-bomb-marker-" + std::to_string(getpid());
+  auto bomb = std::async(std::launch::async, [&] {
     return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
                   // sleep first, the bomb in a subshell: its failed forks cannot end the main
                   // shell, whose wait outlives the timeout.
-                  "sleep 10 & (bomb() { bomb | bomb & }; bomb); wait"});
+                  "sleep 10 & (bomb() { bomb | bomb & }; bomb); wait", marker});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The sibling starts while the bomb presses against its limit (32 pids, init and sleep too).
+  EXPECT_TRUE(wait_until([&] { return count_host_processes_with(marker) >= 24; },
+                         std::chrono::seconds(2), "the bomb to fill its pids",
+                         std::chrono::milliseconds(10)));
   auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
   EXPECT_EQ(sibling.out, "alive\n");
   EXPECT_LT(sibling.elapsed.count(), 1500 * time_scale())
@@ -83,8 +90,7 @@ void expect_cgroups_created_and_removed(const std::string& parent,
   args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep 1000", marker});
   auto run = std::async(std::launch::async, [&] { return hutch(args); });
   std::vector<std::string> dirs;
-  for (int attempt = 0; attempt < 100 && dirs.empty(); ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto find_dirs = [&] {
     for (const auto& entry : fs::directory_iterator("/proc")) {
       const std::string text = read_file_or_empty(entry.path() / "cmdline");
       if (text.find(marker) == std::string::npos || text.find("run") != std::string::npos) continue;
@@ -99,8 +105,11 @@ void expect_cgroups_created_and_removed(const std::string& parent,
         dirs.push_back(mount + path);
       }
     }
-  }
-  ASSERT_FALSE(dirs.empty()) << "the sandboxed sleep was not found in a " << parent << " cgroup";
+    return !dirs.empty();
+  };
+  ASSERT_TRUE(wait_until(find_dirs, std::chrono::seconds(2),
+                         "the sandboxed sleep in a " + parent + "/run-* cgroup",
+                         std::chrono::milliseconds(20)));
   for (const std::string& dir : dirs) {
     EXPECT_TRUE(fs::exists(dir)) << dir;
     struct stat st;
