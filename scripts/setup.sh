@@ -9,9 +9,10 @@
 # libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
 # oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
 # systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
-# computes the package's Depends with them (tests/install). Node.js >= 20 and npm (on this machine
-# kind, not from Debian: Debian 12 has 18) build and test the TypeScript client, whose packages
-# come from the npm registry through clients/js/package-lock.json.
+# computes the package's Depends with them (tests/install); clang-format: scripts/check-docs.sh.
+# Node.js >= 20 and npm (on this machine kind, not from Debian: Debian 12 has 18) build and test
+# the TypeScript client, whose packages come from the npm registry through
+# clients/js/package-lock.json.
 # Builds with warnings as errors (HUTCH_WERROR, off for packagers' builds).
 # Idempotent: safe to run again; apt-get skips what is installed, cmake rebuilds what changed.
 set -euo pipefail
@@ -26,6 +27,7 @@ packages=(
   bubblewrap crun runc util-linux
   clang-16 libclang-rt-16-dev
   systemd dpkg-dev file
+  clang-format
 )
 
 missing=()

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 echo "== tests (RelWithDebInfo) =="
 ctest --test-dir build --output-on-failure -j"$jobs"
+./scripts/check-docs.sh build  # cited tests exist, sources clang-formatted
 
 echo "== cgroup tests on a pure cgroup-v2 kernel (qemu) =="
 HUTCH_VM_FILES="$PWD/build/hutch" ./scripts/test-cgroupv2-vm.sh \

@@ -6,10 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include "runtime/cgroup/stale.h"
 #include "tests/common/must_work.h"
+#include "tests/common/wait.h"
 
 namespace hutch::test {
 namespace {
@@ -64,15 +63,15 @@ class HutchParents : public ::testing::Environment {
 }  // namespace
 
 void reap_children(std::chrono::milliseconds patience) {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  for (;;) {
-    pid_t pid = waitpid(-1, nullptr, WNOHANG);
-    if (pid < 0) return;  // ECHILD: none left
-    if (pid == 0) {
-      if (std::chrono::steady_clock::now() >= deadline) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }
+  // Running out of patience with children left is the caller's to notice (cgroup.procs).
+  (void)hutch::testing::wait_until(
+      [] {
+        pid_t pid;
+        while ((pid = waitpid(-1, nullptr, WNOHANG)) > 0) {
+        }
+        return pid < 0;  // ECHILD: none left
+      },
+      patience, "every child to be reaped", std::chrono::milliseconds(2));
 }
 
 void CgroupHostTest::SetUp() {

@@ -14,12 +14,14 @@
 #include "runtime/cgroup/v1.h"
 #include "tests/cgroup/fixture.h"
 #include "tests/cgroup/spawn.h"
+#include "tests/common/wait.h"
 
 namespace hutch::test {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using hutch::testing::wait_until;
 
 enum class Freezer { kCgroup2, kV1, kNone };
 
@@ -99,7 +101,13 @@ TEST_P(KillFallbackTest, FreezeAndSignalLeaveNoProcess) {
     return 0;
   });
   ASSERT_TRUE(top) << top.error().message();
-  std::this_thread::sleep_for(200ms);  // let the bomb fill pids.max
+  const std::string pids_dir = dir_with("pids", *cgroup);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return std::stoull("0" + read_text(pids_dir + "/pids.current")) >=
+               std::stoull("0" + read_text(pids_dir + "/pids.max"));
+      },
+      10s, "the bomb to fill pids.max"));
 
   std::vector<CgroupDir> dirs;
   for (const std::string& path : cgroup->paths()) {
@@ -151,9 +159,7 @@ TEST_P(V1FreezerTest, StopsAndResumesProgress) {
     for (;;) counter[0].fetch_add(1, std::memory_order_relaxed);
   });
   ASSERT_TRUE(spinner) << spinner.error().message();
-  for (auto deadline = Clock::now() + 5s; counter[0].load() == 0 && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(wait_until([&] { return counter[0].load() > 0; }, 5s, "the spinner to count", 1ms));
   Result<CgroupDir> dir = open_cgroup_dir(v1_freezer->mount_point + "/hutch/" + cgroup->id());
   ASSERT_TRUE(dir) << dir.error().message();
   Result<void> frozen = set_v1_frozen(*dir, true, 5000ms);

@@ -17,16 +17,19 @@
 #include <cstring>
 #include <thread>
 
+#include "runtime/base/proc_stat.h"
 #include "runtime/cgroup/cgroup_fs.h"
 #include "runtime/cgroup/stale.h"
 #include "tests/cgroup/fixture.h"
 #include "tests/cgroup/spawn.h"
+#include "tests/common/wait.h"
 
 namespace hutch::test {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using hutch::testing::wait_until;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -145,14 +148,15 @@ TEST_F(SandboxCgroupTest, ForkBombStopsAtPidsMaxWhileASiblingKeepsWorking) {
   ASSERT_TRUE(bomb) << bomb.error().message();
 
   const std::string pids_dir = dir_with("pids", *bombed);
-  uint64_t current = 0;
-  for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;
-       std::this_thread::sleep_for(5ms)) {
-    current = std::stoull("0" + read_text(pids_dir + "/pids.current"));
-    if (current >= kPids) break;
-  }
-  std::this_thread::sleep_for(300ms);  // the bomb keeps pushing
-  current = std::stoull("0" + read_text(pids_dir + "/pids.current"));
+  auto pids_current = [&] { return std::stoull("0" + read_text(pids_dir + "/pids.current")); };
+  auto refused_forks = [&] {
+    return find_cgroup_key(read_text(pids_dir + "/pids.events"), "max").value_or(0);
+  };
+  EXPECT_TRUE(
+      wait_until([&] { return pids_current() >= kPids; }, 10s, "the bomb to fill pids.max"));
+  // The bomb keeps pushing past the limit: the kernel refuses its forks.
+  EXPECT_TRUE(wait_until([&] { return refused_forks() > 0; }, 5s, "a fork refused at pids.max"));
+  const uint64_t current = pids_current();
   const std::string events = read_text(pids_dir + "/pids.events");
   Result<CgroupStats> stats = bombed->stats();
   ASSERT_TRUE(stats) << stats.error().message();
@@ -251,10 +255,7 @@ TEST_F(SandboxCgroupTest, FreezeStopsProgressAndThawResumesIt) {
   SharedCounters counter(1);
   Result<pid_t> spinner = spawn_in(*cgroup, [&counter]() -> int { spin_forever(&counter[0]); });
   ASSERT_TRUE(spinner) << spinner.error().message();
-  for (auto deadline = Clock::now() + 5s; counter[0].load() == 0 && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_GT(counter[0].load(), 0u);
+  ASSERT_TRUE(wait_until([&] { return counter[0].load() > 0; }, 5s, "the spinner to count", 1ms));
 
   ASSERT_TRUE(cgroup->freeze());
   if (!layout_.v2_mount.empty()) {
@@ -303,13 +304,19 @@ TEST_F(SandboxCgroupTest, KillAllLeavesNoProcessNotEvenASetsidGrandchildOrAStopp
       },
       Placement::kForkThenAttach);
   ASSERT_TRUE(top) << top.error().message();
-  for (auto deadline = Clock::now() + 5s;
-       (shared[0].load() == 0 || shared[1].load() == 0) && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(1ms);
-  }
+  ASSERT_TRUE(wait_until([&] { return shared[0].load() != 0 && shared[1].load() != 0; }, 5s,
+                         "the grandchild and the stopped child to start", 1ms));
   const auto grandchild = static_cast<pid_t>(shared[0].load());
-  ASSERT_GT(grandchild, 0);
-  std::this_thread::sleep_for(50ms);  // let the middle child exit and the stop take effect
+  const auto stopped = static_cast<pid_t>(shared[1].load());
+  // The middle child has exited once the grandchild is ours (we are its subreaper), and the
+  // stop has taken effect once the kernel shows the child stopped.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        Result<ProcState> orphan = read_proc_state(grandchild);
+        Result<ProcState> halted = read_proc_state(stopped);
+        return orphan && orphan->parent == getpid() && halted && halted->state == 'T';
+      },
+      5s, "the grandchild to be orphaned and the child to stop", 1ms));
   EXPECT_GE(procs_in(cgroup->paths().front()).size(), 3u);
 
   ASSERT_TRUE(cgroup->kill_all());

@@ -10,7 +10,8 @@
 
 #include <fstream>
 #include <sstream>
-#include <thread>
+
+#include "tests/common/wait.h"
 
 namespace hutch::test {
 
@@ -59,15 +60,18 @@ Result<pid_t> spawn_in(SandboxCgroup& cgroup, const std::function<int()>& body,
 }
 
 std::optional<int> wait_for_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    int status = 0;
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return status;
-    if (done < 0 && errno != EINTR) return std::nullopt;
-    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  std::optional<int> exited;
+  bool failed = false;
+  (void)hutch::testing::wait_until(
+      [&] {
+        int status = 0;
+        pid_t done = waitpid(pid, &status, WNOHANG);
+        if (done == pid) exited = status;
+        failed = done < 0 && errno != EINTR;
+        return exited || failed;
+      },
+      timeout, "pid " + std::to_string(pid) + " to exit", std::chrono::milliseconds(2));
+  return exited;
 }
 
 SharedCounters::SharedCounters(size_t count) : bytes_(count * sizeof(std::atomic<uint64_t>)) {

@@ -1,34 +1,31 @@
 // The client verbs end to end: a real hutchd on a temporary socket and state dir, driven through
-// build/hutch (which forwards the verbs to build/hutch-client), as root.
+// build/hutch (which forwards the verbs to build/hutch-client), as root. hutchd is the daemon
+// tests' fixture (tests/common/hutchd.h).
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/common/command.h"
+#include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 
 namespace hutch::testing {
 namespace {
-
-using nlohmann::json;
 
 std::string read_whole(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
@@ -40,16 +37,6 @@ std::string read_whole(const std::string& path) {
 void write_whole(const std::string& path, const std::string& data) {
   std::ofstream file(path, std::ios::binary);
   file << data;
-}
-
-bool socket_answers(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-  ::close(fd);
-  return ok;
 }
 
 int free_tcp_port() {
@@ -69,55 +56,22 @@ class ClientTest : public ::testing::Test {
   void SetUp() override {
     HUTCH_REQUIRE_ROOT();
     ASSERT_FALSE(temp_.path().empty());
-    socket_ = temp_.path() + "/d.sock";
     start_daemon({});
   }
 
   void TearDown() override { stop_daemon(); }
 
   void start_daemon(std::vector<std::string> extra) {
-    std::vector<std::string> args = {
-        HUTCHD_BINARY,           "--socket",          socket_,       "--state-dir",
-        temp_.path() + "/state", "--destroy-on-exit", "--log-level", "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::string log = temp_.path() + "/hutchd.log";
-    daemon_ = ::fork();
-    if (daemon_ == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (std::string& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      _exit(127);
-    }
-    ASSERT_GT(daemon_, 0);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!socket_answers(socket_)) {
-      int status = 0;
-      ASSERT_EQ(::waitpid(daemon_, &status, WNOHANG), 0) << "hutchd exited: " << read_whole(log);
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "hutchd never answered";
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    extra.insert(extra.begin(), "--destroy-on-exit");
+    daemon_ = std::make_unique<Hutchd>(temp_.path(), std::move(extra));
+    socket_ = daemon_->socket();
+    ASSERT_TRUE(daemon_->start()) << daemon_->log();
   }
 
-  // SIGTERM (hutchd destroys its sandboxes: --destroy-on-exit), then SIGKILL if it lingers.
+  // SIGTERM: hutchd destroys its sandboxes (--destroy-on-exit) and exits.
   void stop_daemon() {
-    if (daemon_ <= 0) return;
-    ::kill(daemon_, SIGTERM);
-    int status = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (::waitpid(daemon_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(daemon_, SIGKILL);
-        ::waitpid(daemon_, &status, 0);
-        ADD_FAILURE() << "hutchd ignored SIGTERM";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    daemon_ = -1;
+    if (!daemon_ || daemon_->pid() <= 0) return;
+    EXPECT_EQ(daemon_->stop(SIGTERM), 0) << daemon_->log();
   }
 
   // build/hutch VERB --socket <ours> ARGS...
@@ -139,7 +93,7 @@ class ClientTest : public ::testing::Test {
 
   TempDir temp_;
   std::string socket_;
-  pid_t daemon_ = -1;
+  std::unique_ptr<Hutchd> daemon_;
 };
 
 TEST_F(ClientTest, CreateInspectLsFilterAndIdempotentRm) {

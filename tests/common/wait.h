@@ -14,9 +14,9 @@
 namespace hutch::testing {
 
 template <class Predicate>
-::testing::AssertionResult wait_until(Predicate&& predicate, std::chrono::milliseconds timeout,
-                                      const std::string& what,
-                                      std::chrono::milliseconds poll = std::chrono::milliseconds(5)) {
+::testing::AssertionResult wait_until(
+    Predicate&& predicate, std::chrono::milliseconds timeout, const std::string& what,
+    std::chrono::milliseconds poll = std::chrono::milliseconds(5)) {
   const auto scaled = std::chrono::duration_cast<std::chrono::milliseconds>(timeout * time_scale());
   const auto deadline = std::chrono::steady_clock::now() + scaled;
   while (true) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <thread>
 
+#include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
 namespace hutch::testing {
@@ -72,7 +73,10 @@ TEST_F(DaemonTest, TimeoutKillsTheWholeTree) {
   EXPECT_EQ(timed_out["stdout"], "started\n");
   EXPECT_LT(elapsed, std::chrono::seconds(5));
   EXPECT_EQ(count_inside(*this, *daemon_, id, "sleep 100"), 0);
-  EXPECT_EQ(count_host_processes_with("sleep 100"), 0);
+  // The host's view of the same pid namespace: not only what the sandbox can see of itself.
+  auto sandbox = daemon_->get("/v1/sandboxes/" + id);
+  ASSERT_EQ(sandbox.status, 200) << sandbox.raw;
+  EXPECT_EQ(count_pid_ns_processes_with(sandbox.body["init_pid"].get<pid_t>(), "sleep 100"), 0);
   // The sandbox default applies when the request gives none (0 means the default too).
   std::string quick = create({{"default_timeout_seconds", 1}});
   auto by_default = exec(quick, {{"command", "sleep 30"}, {"timeout_seconds", 0}});
@@ -212,12 +216,9 @@ TEST_F(DaemonTest, StreamingClientDisconnectKillsTheCommand) {
       *daemon_, id,
       {{"command", "while true; do echo tick-marker-77; sleep 0.1; done"}, {"stream", true}}, 1);
   ASSERT_GE(lines.size(), 1u);
-  bool gone = false;
-  for (int i = 0; i < 50 && !gone; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    gone = count_inside(*this, *daemon_, id, "tick-marker-77") == 0;
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(wait_until([&] { return count_inside(*this, *daemon_, id, "tick-marker-77") == 0; },
+                         std::chrono::seconds(5), "the streamed command to be killed",
+                         std::chrono::milliseconds(100)));
 }
 
 TEST_F(DaemonTest, BackgroundProcessOutputStdinSignalWait) {
@@ -236,12 +237,14 @@ TEST_F(DaemonTest, BackgroundProcessOutputStdinSignalWait) {
   auto fed = daemon_->post(base + pid + "/stdin", {{"data", "hello\n"}});
   EXPECT_EQ(fed.status, 200) << fed.raw;
   std::string out;
-  for (int i = 0; i < 100 && out.find("out:hello") == std::string::npos; ++i) {
-    auto chunk = daemon_->get(base + pid + "/output?stream=stdout&offset=0");
-    out = chunk.body["data"];
-    EXPECT_EQ(chunk.body["eof"], false);
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
+  EXPECT_TRUE(wait_until(
+      [&] {
+        auto chunk = daemon_->get(base + pid + "/output?stream=stdout&offset=0");
+        out = chunk.body["data"];
+        EXPECT_EQ(chunk.body["eof"], false);
+        return out.find("out:hello") != std::string::npos;
+      },
+      std::chrono::seconds(3), "the process's answer on stdout", std::chrono::milliseconds(30)));
   EXPECT_EQ(out, "out:hello\n");
   auto partial = daemon_->get(base + pid + "/output?stream=stdout&offset=4&limit=3");
   EXPECT_EQ(partial.body["data"], "hel");
@@ -272,12 +275,9 @@ TEST_F(DaemonTest, BackgroundKillTreeAndOutputCap) {
   ASSERT_EQ(started.status, 201);
   std::string base =
       "/v1/sandboxes/" + id + "/processes/" + std::to_string(started.body["pid"].get<int>());
-  bool capped = false;
-  for (int i = 0; i < 100 && !capped; ++i) {
-    capped = daemon_->get(base + "/output?offset=0&limit=1").body["truncated"] == true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(capped);
+  EXPECT_TRUE(wait_until(
+      [&] { return daemon_->get(base + "/output?offset=0&limit=1").body["truncated"] == true; },
+      std::chrono::seconds(5), "the output to reach its cap", std::chrono::milliseconds(50)));
   ASSERT_EQ(daemon_->post(base + "/signal", {{"signal", "KILL_TREE"}}).status, 200);
   auto waited = daemon_->post(base + "/wait?timeout_seconds=10", json::object());
   EXPECT_EQ(waited.body["state"], "exited");

@@ -11,13 +11,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "runtime/base/unique_fd.h"
+#include "tests/common/command.h"
 #include "tests/common/time_scale.h"
+#include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
 namespace hutch::testing {
@@ -128,6 +132,58 @@ int free_tcp_port() {
   return ntohs(addr.sin_port);
 }
 
+// The inodes of the daemon's ends of connections to the unix socket `path` (they carry the
+// listener's path in /proc/net/unix; a client's end has none): state 02 not accepted yet, 03
+// accepted. The listener itself is state 01.
+std::vector<std::string> unix_server_ends(const std::string& path, bool accepted_only) {
+  std::vector<std::string> inodes;
+  std::istringstream table(read_file_or_empty("/proc/net/unix"));
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, state, inode, name;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> name)) continue;
+    if (name == path && (state == "03" || (!accepted_only && state == "02")))
+      inodes.push_back(inode);
+  }
+  return inodes;
+}
+
+// The inodes of the daemon's ends of established connections to its TCP `port` on 127.0.0.1
+// (/proc/net/tcp: local address 0100007F:<port hex>, state 01).
+std::vector<std::string> tcp_server_ends(int port) {
+  char local[32];
+  std::snprintf(local, sizeof local, "0100007F:%04X", port);
+  std::vector<std::string> inodes;
+  std::istringstream table(read_file_or_empty("/proc/net/tcp"));
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string slot, local_address, remote, state, queues, timer, retransmits, uid, timeout, inode;
+    if (!(fields >> slot >> local_address >> remote >> state >> queues >> timer >> retransmits >>
+          uid >> timeout >> inode))
+      continue;
+    if (local_address == local && state == "01") inodes.push_back(inode);
+  }
+  return inodes;
+}
+
+// How many of `inodes` are open in `pid`: the connections hutchd has accepted (and counts
+// against its caps) and not closed yet.
+int held_by(pid_t pid, const std::vector<std::string>& inodes) {
+  int held = 0;
+  for (const std::string& fd : dir_entries("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code error;
+    const std::string target =
+        std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + fd, error);
+    for (const std::string& inode : inodes)
+      if (target == "socket:[" + inode + "]") ++held;
+  }
+  return held;
+}
+
+int unix_connections_held(const Hutchd& daemon) {
+  return held_by(daemon.pid(), unix_server_ends(daemon.socket(), true));
+}
+
 // Starts a hutchd with `args`, and waits until the connection of its start-up health check has
 // been released (the caps count open connections).
 std::unique_ptr<Hutchd> start_daemon(const TempDir& temp, std::vector<std::string> args) {
@@ -137,7 +193,8 @@ std::unique_ptr<Hutchd> start_daemon(const TempDir& temp, std::vector<std::strin
     ADD_FAILURE() << daemon->log();
     return nullptr;
   }
-  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(wait_until([&] { return unix_server_ends(daemon->socket(), false).empty(); }, 5s,
+                         "hutchd to close its start-up health check's connection"));
   return daemon;
 }
 
@@ -177,16 +234,21 @@ TEST_F(HostileHttpTest, SlowHeadsDoNotDelayOtherClients) {
   const std::string head = "GET /v1/health HTTP/1.1\r\nHost: hutch\r\nX-Slow: ";
   std::atomic<bool> done{false};
   std::atomic<int> failed_sends{0};
+  std::atomic<size_t> bytes_sent{0};
   std::thread dribbler([&] {
     for (size_t byte = 0; !done.load(); ++byte) {
       char c = byte < head.size() ? head[byte] : 'a';
       for (const UniqueFd& fd : slow) {
         if (::send(fd.get(), &c, 1, MSG_NOSIGNAL) != 1) failed_sends.fetch_add(1);
       }
+      bytes_sent.store(byte + 1);
       std::this_thread::sleep_for(20ms);
     }
   });
-  std::this_thread::sleep_for(1s);  // every slow connection is mid-head now
+  // Every slow connection is mid-head: hutchd has accepted it and holds part of a head.
+  EXPECT_TRUE(wait_until([&] { return unix_connections_held(*daemon_) == kSlow; }, 10s,
+                         "hutchd to accept every slow connection", 20ms));
+  EXPECT_TRUE(wait_until([&] { return bytes_sent.load() >= 10; }, 5s, "ten bytes of each head"));
 
   auto started = Clock::now();
   auto health = daemon_->get("/v1/health");
@@ -258,7 +320,8 @@ TEST_F(HostileHttpTest, ConnectionsPerUidAreCapped) {
   ASSERT_TRUE(daemon_);
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 4; ++i) idle.push_back(connect_unix(daemon_->socket()));
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(wait_until([&] { return unix_connections_held(*daemon_) == 4; }, 5s,
+                         "hutchd to accept the four connections"));
   auto started = Clock::now();
   Answer refused = round_trip(daemon_->socket(), "GET /v1/health HTTP/1.1\r\nHost: hutch\r\n\r\n");
   EXPECT_EQ(refused.status, 429) << refused.raw;
@@ -267,12 +330,8 @@ TEST_F(HostileHttpTest, ConnectionsPerUidAreCapped) {
   EXPECT_TRUE(refused.closed);
   EXPECT_LT(ms_since(started), 1000.0 * time_scale());
   idle.pop_back();
-  int status = 0;
-  for (int attempt = 0; attempt < 20 && status != 200; ++attempt) {
-    std::this_thread::sleep_for(50ms);
-    status = daemon_->get("/v1/health").status;
-  }
-  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(wait_until([&] { return daemon_->get("/v1/health").status == 200; }, 1s,
+                         "room for a connection again", 50ms));
 }
 
 // Over TCP the cap is per address: 127.0.0.2 at its cap does not block 127.0.0.1.
@@ -289,7 +348,8 @@ TEST_F(HostileHttpTest, ConnectionsPerAddressAreCapped) {
     idle.push_back(connect_tcp("127.0.0.2", port));
     ASSERT_TRUE(idle.back()) << std::strerror(errno);
   }
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(wait_until([&] { return held_by(daemon_->pid(), tcp_server_ends(port)) == 4; }, 5s,
+                         "hutchd to accept the four connections"));
   UniqueFd fifth = connect_tcp("127.0.0.2", port);
   ASSERT_TRUE(fifth);
   ASSERT_TRUE(send_all(
@@ -313,7 +373,8 @@ TEST_F(HostileHttpTest, ConnectionsInTotalAreCapped) {
   ASSERT_TRUE(daemon_);
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 4; ++i) idle.push_back(connect_unix(daemon_->socket()));
-  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(wait_until([&] { return unix_connections_held(*daemon_) == 4; }, 5s,
+                         "hutchd to accept the four connections"));
   Answer refused = round_trip(daemon_->socket(), "GET /v1/health HTTP/1.1\r\nHost: hutch\r\n\r\n");
   EXPECT_EQ(refused.status, 503) << refused.raw;
   EXPECT_EQ(refused.code(), "connection_limit") << refused.raw;

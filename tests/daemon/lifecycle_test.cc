@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
 namespace hutch::testing {
@@ -46,10 +47,8 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
   // DELETE answers once the sandbox's processes are dead; its dir goes with the background
   // teardown, within moments.
   const std::string dir = daemon_->state_dir() + "/sandboxes/" + a;
-  for (int i = 0; i < 500 && std::filesystem::exists(dir); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(dir); }, std::chrono::seconds(5),
+                         "the sandbox's state dir to go", std::chrono::milliseconds(10)));
 }
 
 // How many idle sandboxes hutchd's one warm pool holds, once it holds `want` (or 10 s passed).
@@ -58,11 +57,9 @@ int wait_for_idle(const Hutchd& daemon, int want) {
     auto pools = daemon.get("/v1/pools");
     return pools.body["pools"].size() == 1 ? pools.body["pools"][0]["idle"].get<int>() : -1;
   };
-  int seen = idle();
-  for (int i = 0; i < 1000 && seen < want; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    seen = idle();
-  }
+  int seen = -1;
+  EXPECT_TRUE(wait_until([&] { return (seen = idle()) >= want; }, std::chrono::seconds(10),
+                         "the warm pool to fill", std::chrono::milliseconds(10)));
   return seen;
 }
 
@@ -137,8 +134,8 @@ TEST(WarmPoolTest, AfterKill9TheTakenSandboxIsAdoptedAndIdleOnesEndByThemselves)
       ++count;
     return count;
   };
-  for (int i = 0; i < 200 && dirs() > 1; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(wait_until([&] { return dirs() <= 1; }, std::chrono::seconds(10),
+                         "the idle pool sandboxes' dirs to go", std::chrono::milliseconds(50)));
   EXPECT_EQ(dirs(), 1u) << "the idle pool sandboxes' dirs are gone";
 
   Hutchd again(temp.path());
@@ -271,15 +268,27 @@ TEST_F(DaemonTest, PausedSandboxRefusesExecUntilResumed) {
 }
 
 TEST_F(DaemonTest, IdleTtlReapsIdleSandboxesAndSparesBusyOnes) {
-  std::string idle = create({{"idle_ttl_seconds", 1}});
-  std::string busy = create({{"idle_ttl_seconds", 1}});
-  std::string working = create({{"idle_ttl_seconds", 1}});
-  // `working` runs a background process for 4 s; `busy` gets a request every 300 ms.
+  // A 2 s TTL against a request every 300 ms: a GET slowed down by a loaded host still comes in
+  // time for `busy`.
+  std::string idle = create({{"idle_ttl_seconds", 2}});
+  std::string busy = create({{"idle_ttl_seconds", 2}});
+  std::string working = create({{"idle_ttl_seconds", 2}});
+  // `working` runs a background process past the end of the test.
   auto started = daemon_->post("/v1/sandboxes/" + working + "/exec",
-                               {{"command", "sleep 4"}, {"background", true}});
+                               {{"command", "sleep 30"}, {"background", true}});
   ASSERT_EQ(started.status, 201) << started.raw;
-  for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(daemon_->get("/v1/sandboxes/" + busy).status, 200);
+  const std::string idle_dir = daemon_->state_dir() + "/sandboxes/" + idle;
+  auto touch_busy = [&] { EXPECT_EQ(daemon_->get("/v1/sandboxes/" + busy).status, 200); };
+  // Watching `idle` through its state dir: a GET of it would be a request that keeps it alive.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        touch_busy();
+        return !std::filesystem::exists(idle_dir);
+      },
+      std::chrono::seconds(10), "the idle sandbox to be reaped", std::chrono::milliseconds(300)));
+  // One more TTL: by then the others would be reaped too, did their requests or process not count.
+  for (int i = 0; i < 8; ++i) {
+    touch_busy();
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   EXPECT_EQ(daemon_->get("/v1/sandboxes/" + idle).status, 404);
@@ -293,8 +302,9 @@ TEST_F(DaemonTest, MaxLifetimeDestroysEvenBusySandboxes) {
   auto started = daemon_->post("/v1/sandboxes/" + id + "/exec",
                                {{"command", "sleep 30"}, {"background", true}});
   ASSERT_EQ(started.status, 201);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
-  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).status, 404);
+  EXPECT_TRUE(wait_until([&] { return daemon_->get("/v1/sandboxes/" + id).status == 404; },
+                         std::chrono::seconds(10), "the reaper to end the sandbox at 1 s",
+                         std::chrono::milliseconds(100)));
 }
 
 TEST(DaemonLimits, SaturatedDaemonAnswers429) {
@@ -305,14 +315,18 @@ TEST(DaemonLimits, SaturatedDaemonAnswers429) {
   auto created = daemon.post("/v1/sandboxes", json::object());
   ASSERT_EQ(created.status, 201);
   std::string path = "/v1/sandboxes/" + created.body["id"].get<std::string>() + "/exec";
+  const pid_t init = created.body["init_pid"].get<pid_t>();
   std::atomic<int> ok{0};
   std::vector<std::thread> slow;
   for (int i = 0; i < 2; ++i) {
     slow.emplace_back([&] {
-      if (daemon.post(path, {{"command", "sleep 1.5"}}).status == 200) ++ok;
+      if (daemon.post(path, {{"argv", {"sleep", "3"}}}).status == 200) ++ok;
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Both requests are in flight once both of their sleeps run in the sandbox.
+  EXPECT_TRUE(wait_until([&] { return count_pid_ns_processes_with(init, "sleep 3") == 2; },
+                         std::chrono::seconds(3), "both slow execs to run",
+                         std::chrono::milliseconds(20)));
   auto refused = daemon.post(path, {{"argv", {"true"}}});
   EXPECT_EQ(refused.status, 429);
   EXPECT_EQ(error_code(refused), "too_many_requests");

@@ -7,10 +7,10 @@
 #include <sys/stat.h>
 
 #include <fstream>
-#include <functional>
 #include <thread>
 
 #include "tests/common/command.h"
+#include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
 namespace hutch::testing {
@@ -42,16 +42,6 @@ bool process_running(int pid) {
   std::string stat = read_file_or_empty("/proc/" + std::to_string(pid) + "/stat");
   size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
-}
-
-// Polls `condition` every 50 ms until it holds or `timeout` passed; its last value.
-bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
 }
 
 // Loop devices (/dev/loopN) bound to a file under `prefix`.
@@ -131,7 +121,8 @@ class RecoveryTest : public ::testing::Test {
     for (const Footprint& sandbox : footprints_) {
       if (!process_running(sandbox.supervisor)) continue;
       ::kill(sandbox.supervisor, SIGTERM);
-      wait_until([&] { return !process_running(sandbox.supervisor); }, std::chrono::seconds(10));
+      EXPECT_TRUE(wait_until([&] { return !process_running(sandbox.supervisor); },
+                             std::chrono::seconds(10), "a left-over supervisor to end"));
     }
   }
   void restart_after(int sig) {
@@ -222,7 +213,8 @@ class RecoveryTest : public ::testing::Test {
   // `not_before` (the sandbox's deadline as the test knows it).
   void expect_ends(const Footprint& sandbox, std::chrono::steady_clock::time_point not_before,
                    std::chrono::seconds timeout = std::chrono::seconds(20)) {
-    EXPECT_TRUE(wait_until([&] { return gone(sandbox); }, timeout));
+    EXPECT_TRUE(wait_until([&] { return gone(sandbox); }, timeout, "the sandbox to end",
+                           std::chrono::milliseconds(50)));
     EXPECT_GE(std::chrono::steady_clock::now(), not_before) << "the sandbox ended too early";
     expect_gone(sandbox);
   }
@@ -246,8 +238,8 @@ TEST_F(RecoveryTest, DeadSandboxesAreRemovedAndReported) {
   daemon_->stop(SIGKILL);
   // The sandbox ends while no daemon watches: its supervisor tears it down on SIGTERM.
   ::kill(supervisor, SIGTERM);
-  for (int i = 0; i < 100 && process_running(supervisor); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(wait_until([&] { return !process_running(supervisor); }, std::chrono::seconds(5),
+                         "the supervisor to end"));
   // A half-created sandbox (no complete record) is removed too.
   std::filesystem::create_directories(daemon_->state_dir() + "/sandboxes/sb-000000000000");
   daemon_ = std::make_unique<Hutchd>(temp_.path());
@@ -278,21 +270,20 @@ TEST_F(RecoveryTest, ACrashedSupervisorsCgroupsAreSweptByTheNextDaemon) {
   daemon_->stop(SIGKILL);
   const int supervisor = ref["supervisor_pid"];
   ::kill(supervisor, SIGKILL);
-  for (int i = 0; i < 100 && process_running(supervisor); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(wait_until([&] { return !process_running(supervisor); }, std::chrono::seconds(5),
+                         "the supervisor to die"));
   for (const std::string& dir : dirs) EXPECT_TRUE(std::filesystem::exists(dir)) << dir;
 
   daemon_ = std::make_unique<Hutchd>(temp_.path(), flags);
   ASSERT_TRUE(daemon_->start()) << daemon_->log();
   for (const std::string& dir : dirs) {
-    for (int i = 0; i < 100 && std::filesystem::exists(dir); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    EXPECT_FALSE(std::filesystem::exists(dir)) << dir;
+    EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(dir); }, std::chrono::seconds(5),
+                           "the sweep to remove " + dir));
   }
   // The dirs go before the sweep logs it.
   EXPECT_TRUE(wait_until(
       [&] { return daemon_->log().find("cgroup sweep: removed 1 ") != std::string::npos; },
-      std::chrono::seconds(5)))
+      std::chrono::seconds(5), "the sweep's log line", std::chrono::milliseconds(50)))
       << daemon_->log();
   // The parents are this test's to remove (nothing else is in them).
   for (const std::string& dir : dirs) ::rmdir(std::filesystem::path(dir).parent_path().c_str());
@@ -397,7 +388,8 @@ TEST_F(RecoveryTest, AnAdoptedSandboxKeepsItsMaxLifetimeUnderTheReaper) {
   EXPECT_EQ(daemon_->get("/v1/health").body["recovered"]["adopted"], 1);
   EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).status, 200);
   EXPECT_TRUE(wait_until([&] { return daemon_->get("/v1/sandboxes/" + id).status == 404; },
-                         std::chrono::seconds(20)));
+                         std::chrono::seconds(20), "the adopted sandbox's max lifetime",
+                         std::chrono::milliseconds(50)));
   expect_ends(sandbox, created + std::chrono::seconds(4), std::chrono::seconds(10));
   const std::string log = daemon_->log();
   EXPECT_NE(log.find("sandbox=" + id + " destroyed (max lifetime reached)"), std::string::npos)

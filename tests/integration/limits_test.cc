@@ -15,6 +15,7 @@
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
 #include "tests/common/time_scale.h"
+#include "tests/common/wait.h"
 
 namespace hutch::testing {
 namespace {
@@ -34,15 +35,45 @@ TEST(Limits, MemoryHogIsOomKilledAndReported) {
   EXPECT_NE(r.err.find("OOM killer"), std::string::npos) << r.err;
 }
 
+// The forks refused at pids.max ("max" of pids.events: it only grows) in the pids cgroup of a
+// sandboxed process whose command line contains `marker` (the v1 pids hierarchy on hybrid
+// hosts, else cgroup2), 0 while there is none.
+uint64_t refused_forks_of(const std::string& marker) {
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator("/proc", ignored)) {
+    const std::string cmdline = read_file_or_empty(entry.path() / "cmdline");
+    if (cmdline.find(marker) == std::string::npos || cmdline.find("run") != std::string::npos)
+      continue;
+    std::istringstream cgroups(read_file_or_empty(entry.path() / "cgroup"));
+    for (std::string line; std::getline(cgroups, line);) {
+      const auto controllers =
+          line.substr(line.find(':') + 1, line.rfind(':') - line.find(':') - 1);
+      if (controllers != "pids" && !controllers.empty()) continue;
+      const std::string dir = (controllers.empty() ? "/sys/fs/cgroup" : "/sys/fs/cgroup/pids") +
+                              line.substr(line.rfind(':') + 1);
+      std::istringstream events(read_file_or_empty(dir + "/pids.events"));
+      std::string key;
+      uint64_t count = 0;
+      while (events >> key >> count)
+        if (key == "max") return count;
+    }
+  }
+  return 0;
+}
+
 TEST(Limits, ForkBombStopsAtPidsAndASiblingKeepsAnswering) {
   HUTCH_REQUIRE_ROOT();
-  auto bomb = std::async(std::launch::async, [] {
+  // The shell's $0: every subshell of the bomb carries it in its command line.
+  const std::string marker = "hutch-bomb-marker-" + std::to_string(getpid());
+  auto bomb = std::async(std::launch::async, [&] {
     return hutch({"run", "--json", "--pids", "32", "--timeout", "2s", "--", "/bin/sh", "-c",
                   // sleep first, the bomb in a subshell: its failed forks cannot end the main
                   // shell, whose wait outlives the timeout.
-                  "sleep 10 & (bomb() { bomb | bomb & }; bomb); wait"});
+                  "sleep 10 & (bomb() { bomb | bomb & }; bomb); wait", marker});
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The sibling starts once the bomb has hit its limit: the kernel refused one of its forks.
+  EXPECT_TRUE(wait_until([&] { return refused_forks_of(marker) > 0; }, std::chrono::seconds(2),
+                         "a fork of the bomb refused at pids.max", std::chrono::milliseconds(10)));
   auto sibling = hutch({"run", "--", "/bin/echo", "alive"});
   EXPECT_EQ(sibling.out, "alive\n");
   EXPECT_LT(sibling.elapsed.count(), 1500 * time_scale())
@@ -83,8 +114,7 @@ void expect_cgroups_created_and_removed(const std::string& parent,
   args.insert(args.end(), {"--", "/bin/sh", "-c", "sleep 1000", marker});
   auto run = std::async(std::launch::async, [&] { return hutch(args); });
   std::vector<std::string> dirs;
-  for (int attempt = 0; attempt < 100 && dirs.empty(); ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto find_dirs = [&] {
     for (const auto& entry : fs::directory_iterator("/proc")) {
       const std::string text = read_file_or_empty(entry.path() / "cmdline");
       if (text.find(marker) == std::string::npos || text.find("run") != std::string::npos) continue;
@@ -99,8 +129,11 @@ void expect_cgroups_created_and_removed(const std::string& parent,
         dirs.push_back(mount + path);
       }
     }
-  }
-  ASSERT_FALSE(dirs.empty()) << "the sandboxed sleep was not found in a " << parent << " cgroup";
+    return !dirs.empty();
+  };
+  ASSERT_TRUE(wait_until(find_dirs, std::chrono::seconds(2),
+                         "the sandboxed sleep in a " + parent + "/run-* cgroup",
+                         std::chrono::milliseconds(20)));
   for (const std::string& dir : dirs) {
     EXPECT_TRUE(fs::exists(dir)) << dir;
     struct stat st;

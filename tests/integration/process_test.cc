@@ -12,26 +12,13 @@
 
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/processes.h"
 #include "tests/common/temp_dir.h"
 
 namespace hutch::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Host processes whose command line contains `marker`.
-int count_processes_with(const std::string& marker) {
-  int count = 0;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = read_file_or_empty(entry.path().string() + "/cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(marker) != std::string::npos && cmdline.find("hutch run") == std::string::npos)
-      ++count;
-  }
-  return count;
-}
 
 int count_mounts() {
   std::ifstream in("/proc/self/mountinfo");
@@ -89,7 +76,7 @@ TEST(Process, TimeoutKillsEveryProcessIncludingDetachedGrandchildren) {
   auto size = fs::file_size(dir + "/ticks");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(fs::file_size(dir + "/ticks"), size) << "a process kept running after the timeout";
-  EXPECT_EQ(count_processes_with(marker), 0);
+  EXPECT_EQ(count_host_processes_with(marker), 0);
 }
 
 TEST(Process, WorkloadExitEndsTheSandboxAndItsBackgroundProcesses) {
@@ -97,7 +84,7 @@ TEST(Process, WorkloadExitEndsTheSandboxAndItsBackgroundProcesses) {
   const std::string marker = "hutch-orphan-marker-" + std::to_string(getpid());
   auto r = hutch_sh("(setsid sleep 1000 " + marker + " &) ; exit 3");
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_EQ(count_processes_with(marker), 0);
+  EXPECT_EQ(count_host_processes_with(marker), 0);
 }
 
 TEST(Process, InitReapsOrphanedZombies) {
