@@ -104,13 +104,13 @@ std::vector<uint8_t> reply_header(const DnsQuery& query, uint8_t rcode, uint16_t
 }
 
 struct Record {
-  std::string owner;
+  std::optional<std::string> owner;  // nullopt: not printable ASCII, so no name we look for
   uint16_t type = 0;
   uint16_t klass = 0;
   uint32_t ttl = 0;
   size_t rdata = 0;
   uint16_t rdlength = 0;
-  std::string cname;  // for a CNAME: its target
+  std::optional<std::string> cname;  // for a CNAME: its target, nullopt if not printable
 };
 
 }  // namespace
@@ -200,7 +200,7 @@ Result<DnsAnswer> parse_dns_answer(std::span<const uint8_t> packet, uint16_t id,
     if (pos + 10 > packet.size())
       return malformed("record header runs past the end of the message");
     Record record;
-    record.owner = owner.clean ? std::move(owner.text) : std::string();
+    if (owner.clean) record.owner = std::move(owner.text);
     record.type = read16(packet, pos);
     record.klass = read16(packet, pos + 2);
     record.ttl = read32(packet, pos + 4);
@@ -219,7 +219,7 @@ Result<DnsAnswer> parse_dns_answer(std::span<const uint8_t> packet, uint16_t id,
             HUTCH_TRY(read_name(packet.first(record.rdata + record.rdlength), record.rdata, true));
         if (target.end != record.rdata + record.rdlength)
           return malformed("CNAME data of the wrong length");
-        record.cname = target.clean ? target.text : std::string();
+        if (target.clean) record.cname = target.text;
       }
     }
     records.push_back(std::move(record));
@@ -230,18 +230,17 @@ Result<DnsAnswer> parse_dns_answer(std::span<const uint8_t> packet, uint16_t id,
   auto use_ttl = [&](uint32_t value) { ttl = std::min(ttl.value_or(value), value); };
   for (int link = 0; link <= kMaxCnameLinks; ++link) {
     auto cname = std::find_if(records.begin(), records.end(), [&](const Record& r) {
-      return r.klass == kDnsClassIn && r.type == kDnsTypeCname && !r.owner.empty() &&
-             r.owner == current;
+      return r.klass == kDnsClassIn && r.type == kDnsTypeCname && r.owner == current;
     });
     if (cname == records.end()) break;
     if (link == kMaxCnameLinks) return malformed("CNAME chain longer than 8");
-    if (cname->cname.empty()) return malformed("CNAME to a name that is not printable ASCII");
+    if (!cname->cname) return malformed("CNAME to a name that is not printable ASCII");
     use_ttl(cname->ttl);
-    current = cname->cname;
+    current = *cname->cname;
     answer.cnames.push_back(current);
   }
   for (const Record& record : records) {
-    if (record.klass != kDnsClassIn || record.owner.empty() || record.owner != current) continue;
+    if (record.klass != kDnsClassIn || record.owner != current) continue;
     if (record.type == kDnsTypeA) {
       answer.addresses.push_back(Address::v4(read32(packet, record.rdata)));
     } else if (record.type == kDnsTypeAaaa) {
