@@ -302,6 +302,37 @@ TEST(DecideTest, HostileNamesAreRefused) {
   EXPECT_TRUE(connect(policy, std::nullopt, "1.2.3.4", 443).allowed);
 }
 
+// Every spelling of 127.0.0.1 a client might put in a URL or Host header, from parse to
+// decision, under a policy that allows everything: an address reaches the floor, the rest is
+// refused as a host before anything could resolve it.
+TEST(DecideTest, LoopbackInEverySpellingIsRefused) {
+  const Policy policy = filtered({"0.0.0.0/0", "::/0", "*.example.com"});
+  for (const char* text : {"127.0.0.1",     "127.0.0.2",        "::1",
+                           "[::1]",         "::ffff:127.0.0.1", "[::ffff:127.0.0.1]",
+                           "::ffff:7f00:1", "::127.0.0.1",      "64:ff9b::127.0.0.1",
+                           "2002:7f00:1::", "0:0:0:0:0:0:0:1",  "0x7f.1",
+                           "0x7f000001",    "2130706433",       "017700000001",
+                           "127.1",         "0177.0.0.1",       "127.0.0.1.",
+                           "localhost",     "LOCALHOST.",       "a.localhost"}) {
+    auto host = parse_host(text);
+    if (!host) continue;  // refused before any decision: never resolved, never dialled
+    Decision decision;
+    if (host->address) {
+      decision = decide(policy, Floor{}, Connection{std::nullopt, *host->address, 80});
+    } else {
+      decision = decide(policy, Floor{}, Connection{host->name, addr("93.184.215.14"), 80});
+    }
+    EXPECT_FALSE(decision.allowed) << text;
+    EXPECT_EQ(decision.rule, "floor") << text;
+    EXPECT_NE(decision.reason.find("loopback"), std::string::npos)
+        << text << ": " << decision.reason;
+  }
+  for (const char* text : {"0x7f.1", "0x7f000001", "2130706433", "017700000001", "127.1",
+                           "0177.0.0.1", "127.0.0.1."}) {
+    EXPECT_FALSE(parse_host(text)) << text;
+  }
+}
+
 TEST(DecideNameTest, AnswersOnlyAllowedNames) {
   const Policy policy = filtered({"pypi.org", "*.github.com", "github.com:22", "10.0.0.0/8"},
                                  {"evil.github.com", "*.github.com:8080"});
