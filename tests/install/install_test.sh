@@ -139,8 +139,10 @@ case $mode in
       [[ ", $depends," == *", $dep "* || ", $depends," == *", $dep,"* ]] ||
         fail "Depends lacks $dep: $depends"
     done
-    dpkg-deb --info "$deb" | grep -q '^ Package: hutch$' ||
-      fail "dpkg-deb --info: not package hutch"
+    # Captured, not piped into grep -q: grep's early exit could SIGPIPE dpkg-deb and, under
+    # pipefail, fail the check (seen under ctest -j2).
+    info=$(dpkg-deb --info "$deb")
+    grep -q '^ Package: hutch$' <<<"$info" || fail "dpkg-deb --info: not package hutch"
     contents=$(dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ {print substr($6, 3)}' | LC_ALL=C sort)
     want=$(sed 's|^|usr/|' <<<"$layout" | LC_ALL=C sort)
     [[ $contents == "$want" ]] ||
