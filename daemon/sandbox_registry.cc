@@ -278,8 +278,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     pid_t supervisor = socket_peer(dir + "/supervisor.sock");
     if (supervisor > 0) {
       auto state = read_proc_state(supervisor);
-      LiveSandboxRef found{supervisor, state ? state->start_time : 0,
-                           first_child(supervisor), dir + "/exec.sock", dir + "/supervisor.sock"};
+      LiveSandboxRef found{supervisor, state ? state->start_time : 0, first_child(supervisor),
+                           dir + "/exec.sock", dir + "/supervisor.sock"};
       auto live = LiveSandbox::connect(found);
       if (live) {
         (void)live->destroy();

@@ -127,11 +127,15 @@ Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds 
     ssize_t n = read(ready_fd, buffer + have, sizeof buffer - have);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return unanswered(sys_error("read", "supervisor ready pipe").error().message());
+    // EOF: every write end is closed, so the supervisor has exited (auto-reaped by the zygote:
+    // its pid may name another process already) and is not for the caller to kill.
     if (n == 0) {
       if (have != 0) {
-        return unanswered(decode_ready(buffer, static_cast<long>(have)).error().message());
+        return answered(plain_error(
+            "sandbox start", decode_ready(buffer, static_cast<long>(have)).error().message()));
       }
-      return unanswered("the supervisor exited before its sandbox was ready");
+      return answered(
+          plain_error("sandbox start", "the supervisor exited before its sandbox was ready"));
     }
     have += static_cast<size_t>(n);
     if (have < sizeof buffer) continue;

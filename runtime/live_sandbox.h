@@ -44,8 +44,9 @@ struct LiveSandboxRef {
 // The other end of serve_sandbox's ready_fd: reads ServeReady messages (decode_ready) until
 // kServing or kFailed, for at most `timeout`. The Error of a failed build carries the
 // supervisor's. `stuck_supervisor`, when given: the pid of a kSupervisor message (the zygote's
-// child) that neither kServing nor kFailed followed in time, else 0; a supervisor that reported
-// kFailed cleans up and exits by itself, one stuck in setup is for the caller to kill.
+// child) that was still holding the pipe open without kServing or kFailed when this gave up (in
+// time, or on a malformed message), else 0. One stuck in setup is for the caller to kill; one
+// that reported kFailed cleans up and exits by itself, and one that closed the pipe is gone.
 Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds timeout,
                                         const std::string& exec_socket,
                                         const std::string& supervisor_socket,

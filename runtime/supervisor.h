@@ -38,9 +38,9 @@ struct MadeAhead {
 // Runs the supervisor in the calling process, which must be single-threaded (init forks and
 // allocates freely afterwards, which is safe only if clone3 copied no other thread's locks).
 // spec.argv is ignored. Writes one ServeReady message (runtime/supervisor_protocol.h) to
-// ready_fd and closes it: kServing once init serves, or kFailed with the error (read it with
-// read_serve_ready). Returns the process's exit status when the sandbox is gone (0 after a
-// requested destroy or init's exit, 125 when it could not be built).
+// ready_fd (a pipe: the message is one atomic write) and closes it: kServing once init serves, or
+// kFailed with the error (read it with read_serve_ready). Returns the process's exit status when
+// the sandbox is gone (0 after a requested destroy or init's exit, 125 when it could not be built).
 int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
                   const std::string& supervisor_socket, int ready_fd,
                   MadeAhead made_ahead = MadeAhead());

@@ -245,16 +245,18 @@ TEST_F(ReadyPipe, AReportedFailureCarriesTheSupervisorsError) {
   EXPECT_EQ(stuck_, 0);  // it cleans up and exits by itself
 }
 
-TEST_F(ReadyPipe, ASupervisorThatVanishesIsStuck) {
+// Its pid may be another process's by now (the zygote reaps supervisors at once): not to kill.
+TEST_F(ReadyPipe, ASupervisorThatClosedThePipeIsNotStuck) {
   write_message(announcement(42));
   close_writer();
   auto ref = read();
   ASSERT_FALSE(ref);
   EXPECT_EQ(ref.error().message(),
             "sandbox start: the supervisor exited before its sandbox was ready");
-  EXPECT_EQ(stuck_, 42);
+  EXPECT_EQ(stuck_, 0);
 }
 
+// Still holding the pipe open, and silent: stuck in setup.
 TEST_F(ReadyPipe, SilenceTimesOut) {
   write_message(announcement(42));
   auto ref = read(50ms);
