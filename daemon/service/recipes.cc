@@ -240,6 +240,8 @@ ServiceResult<BakeReport> RecipeService::bake(const BakeParams& params) {
   } else {
     held = pin({}, true);
   }
+  // In hutchd-bake, not in this process: a bake forks its sandbox, unsafe from hutchd's many
+  // threads, and the deadline kills the whole bake, sandbox included (service/bake.h).
   BakeRun run = HUTCH_TRY(
       runtime(run_bake_helper(bake_helper_, job, std::chrono::seconds(params.timeout_seconds))));
   BakeReport report;
