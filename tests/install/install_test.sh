@@ -139,8 +139,9 @@ case $mode in
       [[ ", $depends," == *", $dep "* || ", $depends," == *", $dep,"* ]] ||
         fail "Depends lacks $dep: $depends"
     done
-    dpkg-deb --info "$deb" | grep -q '^ Package: hutch$' ||
-      fail "dpkg-deb --info: not package hutch"
+    # --field, not --info | grep -q: grep quitting at the match made dpkg-deb's next write fail
+    # (SIGPIPE), which pipefail reported as a failure under ctest -j2.
+    [[ $(dpkg-deb --field "$deb" Package) == hutch ]] || fail "dpkg-deb --field: not package hutch"
     contents=$(dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ {print substr($6, 3)}' | LC_ALL=C sort)
     want=$(sed 's|^|usr/|' <<<"$layout" | LC_ALL=C sort)
     [[ $contents == "$want" ]] ||
