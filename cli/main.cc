@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "cli/options.h"
-#include "cli/recipe_json.h"
+#include "recipes/recipe_json.h"
 #include "runtime/features.h"
 #include "runtime/layers/layer_store.h"
 #include "runtime/recipes/recipe.h"
@@ -230,13 +230,13 @@ struct LayerOptions {
   bool json = false;
 };
 
-// recipe.json (cli/recipe_json.h). Command-line options win over it.
+// recipe.json (recipes/recipe_json.h). Command-line options win over it.
 Result<void> apply_recipe_json(RecipeOptions& recipe) {
   const std::string path = recipe.dir + "/recipe.json";
   if (access(path.c_str(), F_OK) != 0) return {};
   auto text = read_file(path);
   if (!text) return std::unexpected(text.error());
-  auto parsed = parse_recipe_json(*text);
+  auto parsed = recipes::parse_recipe_json(*text);
   if (!parsed) return std::unexpected(parsed.error());
   if (recipe.base.empty() && parsed->base) recipe.base = *parsed->base;
   parsed->env.insert(parsed->env.end(), recipe.env.begin(), recipe.env.end());

@@ -1,11 +1,11 @@
 # cmake --install: the commands in bin/, their helpers in libexec/hutch/, the docs in
 # share/doc/hutch, the systemd unit in lib/systemd/system. hutch and hutchd find their helpers
 # beside themselves (the build tree) or in ../libexec/hutch/ (cli/main.cc helper_path,
-# daemon/main.cc zygote_binary): these destinations are fixed so that the two agree.
+# daemon/main.cc helper_binary): these destinations are fixed so that the two agree.
 include(GNUInstallDirs)
 
 install(TARGETS hutch hutchd RUNTIME DESTINATION bin)
-install(TARGETS hutch-client hutch-image hutchd-zygote RUNTIME DESTINATION libexec/hutch)
+install(TARGETS hutch-client hutch-image hutchd-zygote hutchd-bake RUNTIME DESTINATION libexec/hutch)
 install(FILES README.md docs/api.md docs/design.md docs/security.md seccomp/default.json
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 

@@ -22,9 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "daemon/errors.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_registry.h"
 #include "daemon/server.h"
+#include "daemon/service/recipes.h"
 #include "daemon/zygote.h"
 #include "runtime/cgroup/plan.h"
 
@@ -37,22 +39,22 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// hutchd-zygote: beside hutchd in the build tree (build/daemon/), or in PREFIX/libexec/hutch/ once
-// installed as PREFIX/bin/hutchd. The first of the two that exists.
-std::expected<std::string, std::string> zygote_binary() {
+// A helper binary (hutchd-zygote, hutchd-bake): beside hutchd in the build tree (build/daemon/),
+// or in PREFIX/libexec/hutch/ once installed as PREFIX/bin/hutchd. The first of the two that
+// exists.
+std::expected<std::string, std::string> helper_binary(const std::string& name) {
   std::error_code error;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return std::unexpected("readlink(/proc/self/exe): " + error.message());
-  std::filesystem::path beside = self.parent_path() / "hutchd-zygote";
-  std::filesystem::path installed =
-      self.parent_path().parent_path() / "libexec/hutch/hutchd-zygote";
-  int err = ENOENT;  // the more telling errno: EACCES on a zygote that is there
+  std::filesystem::path beside = self.parent_path() / name;
+  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
+  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
   for (const std::filesystem::path& candidate : {beside, installed}) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
     if (errno != ENOENT) err = errno;
   }
-  return std::unexpected("access(hutchd-zygote at " + beside.string() + " or " +
-                         installed.string() + "): " + std::strerror(err));
+  return std::unexpected("access(" + name + " at " + beside.string() + " or " + installed.string() +
+                         "): " + std::strerror(err));
 }
 
 }  // namespace
@@ -164,10 +166,12 @@ int main(int argc, char** argv) {
     return fail("chmod " + state_dir + ": " + std::strerror(errno));
 
   // Before any thread exists (spdlog's stderr logger starts none): fork is safe only then.
-  auto zygote_path = zygote_binary();
+  auto zygote_path = helper_binary("hutchd-zygote");
   if (!zygote_path) return fail(zygote_path.error());
   auto zygote = Zygote::start(*zygote_path);
   if (!zygote) return fail(zygote.error().message());
+  auto bake_path = helper_binary("hutchd-bake");
+  if (!bake_path) return fail(bake_path.error());
   // Every connection is a descriptor, and the soft limit is 1024 under systemd: raise it to the
   // hard limit (after the zygote started, so sandboxes keep the default), else a full
   // --max-connections makes accept fail with EMFILE.
@@ -195,11 +199,16 @@ int main(int argc, char** argv) {
   RecoveryReport recovered = registry.recover();
   spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
 
-  Daemon daemon(options, registry, metrics);
+  hutch::daemon::service::RecipeService recipes(registry, *bake_path);
+  registry.set_on_destroyed([&recipes](const std::string& id) { recipes.drop_tags_of(id); });
+
+  Daemon daemon(options, registry, metrics, recipes);
   if (auto bound = daemon.bind(); !bound) return fail(bound.error().message());
   daemon.start();
-  registry.start_pool(warm_pools, [&registry](SandboxConfig& config) {
-    return resolve_recipe(config, registry.state_dir());
+  registry.start_pool(warm_pools, [&recipes](SandboxConfig& config) -> std::shared_ptr<void> {
+    auto pinned = recipes.resolve(config);
+    if (!pinned) throw api_error(pinned.error());  // the pool logs it
+    return std::make_shared<hutch::daemon::service::LayerPin>(std::move(*pinned));
   });
   spdlog::info("serving on {}{} (state dir {})", options.socket_path,
                options.tcp_host ? " and tcp " + listen : std::string(), state_dir);

@@ -11,7 +11,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,8 +136,8 @@ class SandboxRegistry {
 
   // Warm pools (rootfs -> idle sandboxes kept), filled in the background from start_pool().
   // `spawn_config` completes a pool's config before each spawn (resolves its recipe) and returns
-  // what must be held while the sandbox is made (the layer store's use lock).
-  using PoolConfigHook = std::function<std::shared_lock<std::shared_mutex>(SandboxConfig&)>;
+  // what must be held while the sandbox is made (the recipe service's pin of its layers).
+  using PoolConfigHook = std::function<std::shared_ptr<void>(SandboxConfig&)>;
   void start_pool(std::map<std::string, size_t> sizes, PoolConfigHook spawn_config);
   void stop_pool();
   std::map<std::string, std::pair<size_t, size_t>> pool_status() const;
@@ -170,7 +169,7 @@ class SandboxRegistry {
   // new sandbox cannot start, the id is gone (the old one was destroyed already).
   std::shared_ptr<Sandbox> replace(const std::shared_ptr<Sandbox>& old, SandboxConfig config,
                                    const std::string& request_id);
-  // Called with the id after every destroy (layer_routes.cc drops the sandbox's checkpoint tags).
+  // Called with the id after every destroy (main.cc: the recipe service drops the sandbox's tags).
   void set_on_destroyed(std::function<void(const std::string&)> hook) {
     on_destroyed_ = std::move(hook);
   }

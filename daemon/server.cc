@@ -15,6 +15,7 @@
 
 #include "daemon/errors.h"
 #include "daemon/json_codec.h"
+#include "daemon/layer_routes.h"
 
 namespace hutch::daemon {
 namespace {
@@ -372,9 +373,11 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
     res.set_content(context.metrics.render(running, paused), "text/plain; version=0.0.4");
   });
   routes.post("/v1/sandboxes",
-              [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
+              [&registry, &recipes = context.recipes](Call& call, const httplib::Request& req,
+                                                      httplib::Response& res) {
                 SandboxConfig config = parse_sandbox_config(parse_body(req));
-                auto layer_use = resolve_recipe(config, registry.state_dir());
+                auto pinned = recipes.resolve(config);  // held until the sandbox runs
+                if (!pinned) throw api_error(pinned.error());
                 if (config.rootfs != "host") {
                   struct stat st {};
                   if (::stat(config.rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
@@ -502,12 +505,13 @@ bool Listener::serve(Connection& connection) {
 
 // ---- Daemon ----
 
-Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics)
-    : context_{std::move(options), registry, metrics}, routes_(context_) {
+Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics,
+               service::RecipeService& recipes)
+    : context_{std::move(options), registry, metrics, recipes}, routes_(context_) {
   add_lifecycle_routes(routes_, context_);
   add_exec_routes(routes_, context_);
   add_file_routes(routes_, context_);
-  add_layer_routes(routes_, context_);
+  add_layer_routes(routes_, registry, recipes);
 }
 
 Daemon::~Daemon() = default;

@@ -12,7 +12,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +21,10 @@
 #include "daemon/sandbox_registry.h"
 
 namespace hutch::daemon {
+
+namespace service {
+class RecipeService;
+}
 
 struct ServerOptions {
   std::string socket_path = "/run/hutch/hutchd.sock";
@@ -43,6 +46,7 @@ struct DaemonContext {
   ServerOptions options;
   SandboxRegistry& registry;
   Metrics& metrics;
+  service::RecipeService& recipes;
 };
 
 // One request as the handlers see it.
@@ -92,14 +96,6 @@ std::string sandbox_id(const httplib::Request& req);  // the first route group
 void add_lifecycle_routes(Routes& routes, DaemonContext& context);
 void add_exec_routes(Routes& routes, DaemonContext& context);
 void add_file_routes(Routes& routes, DaemonContext& context);
-// Recipes, snapshots, forks, checkpoints, layer gc (layer_routes.cc); also sets the registry's
-// destroy hook that drops a sandbox's checkpoint tags.
-void add_layer_routes(Routes& routes, DaemonContext& context);
-// Resolves config.recipe (when set) in the layer store under `state_dir` into its layer stack
-// (throws 404 recipe_not_found, 409 too_many_layers). Hold the returned lock until the sandbox
-// runs: layer gc waits for it.
-std::shared_lock<std::shared_mutex> resolve_recipe(SandboxConfig& config,
-                                                   const std::string& state_dir);
 
 // httplib::Server whose connections the ConnectionGuard holds between requests
 // (connection_guard.h), with its listening backlog raised: httplib listens with a backlog of 5,
@@ -125,7 +121,8 @@ class Listener : public httplib::Server, public RequestServer {
 
 class Daemon {
  public:
-  Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics);
+  Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics,
+         service::RecipeService& recipes);
   ~Daemon();
   // Binds the listeners (the unix socket gets mode 0660). Errors are startup errors.
   Result<void> bind();

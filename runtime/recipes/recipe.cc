@@ -9,14 +9,14 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "runtime/fs/erofs.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/base/text_file.h"
+#include "runtime/fs/erofs.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
 #include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
 #include "runtime/layers/tree_io.h"
-#include "runtime/base/proc_stat.h"
 #include "runtime/sandbox.h"
 
 extern const char kHostRootfsList[];
@@ -69,9 +69,8 @@ Result<UniqueFd> open_recipe_copies() {
 // Removes the copies of bakes that died (kill -9): their names carry the owner's pid and start
 // time, as the store's scratch dirs do.
 Result<void> remove_abandoned_copies(int copies_fd) {
-  auto names = layers::read_dir_names(copies_fd);
-  if (!names) return std::unexpected(names.error());
-  for (const std::string& name : *names) {
+  auto names = HUTCH_TRY(layers::read_dir_names(copies_fd));
+  for (const std::string& name : names) {
     auto owner = layers::parse_scratch_name(name);
     if (!owner) continue;
     auto state = read_proc_state(owner->pid);
@@ -95,8 +94,7 @@ Result<void> copy_recipe_dir(const std::string& source, const ScratchDir& scratc
   if (!src) return sys_error("open", "recipe dir " + source);
   UniqueFd dst(open(scratch.path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dst) return sys_error("open", scratch.path());
-  if (auto copied = layers::copy_tree(src.get(), dst.get(), "recipe"); !copied)
-    return std::unexpected(copied.error());
+  HUTCH_TRY(layers::copy_tree(src.get(), dst.get(), "recipe"));
   std::error_code error;
   // recursive_directory_iterator does not follow symlinks; lchown changes a link, not its target.
   for (fs::recursive_directory_iterator it(scratch.path(), error), end; !error && it != end;
@@ -113,11 +111,10 @@ Result<void> copy_recipe_dir(const std::string& source, const ScratchDir& scratc
 Result<std::string> base_identity(const ResolvedRootfs& base) {
   if (!base.digests.empty()) return "layer:" + base.digests.front();
   if (!base.lower_dirs.empty()) return "dir:" + base.lower_dirs.front();
-  auto hash = layers::Sha256::create();
-  if (!hash) return std::unexpected(hash.error());
-  hash->update(kHostRootfsList);
-  if (auto status = read_text_file("/var/lib/dpkg/status")) hash->update(*status);
-  return "host:" + hash->finish_hex();
+  auto hash = HUTCH_TRY(layers::Sha256::create());
+  hash.update(kHostRootfsList);
+  if (auto status = read_text_file("/var/lib/dpkg/status")) hash.update(*status);
+  return "host:" + hash.finish_hex();
 }
 
 }  // namespace
@@ -131,7 +128,7 @@ Result<ResolvedRootfs> resolve_rootfs(const layers::LayerStore& store, std::stri
   if (rootfs.starts_with(kImagePrefix)) {
     // An imported base (hutch image import): a plain rootfs directory kept in the state dir.
     const std::string name(rootfs.substr(kImagePrefix.size()));
-    if (auto valid = layers::validate_name(name); !valid) return std::unexpected(valid.error());
+    HUTCH_TRY(layers::validate_name(name));
     resolved.base = store.state_dir() + "/images/" + name + "/rootfs";
     struct stat dir;
     if (::stat(resolved.base.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode))
@@ -150,88 +147,69 @@ Result<ResolvedRootfs> resolve_rootfs(const layers::LayerStore& store, std::stri
     return resolved;
   }
   const std::string name(rootfs.substr(kRecipePrefix.size()));
-  auto digest = store.resolve_tag(name);
-  if (!digest) return std::unexpected(digest.error());
-  if (!*digest) return plain_error("rootfs", "no recipe named " + name + " (hutch recipe build)");
-  auto top = store.get(**digest);
-  if (!top) return std::unexpected(top.error());
-  std::vector<std::string> chain = {top->digest};
-  chain.insert(chain.end(), top->manifest.parents.begin(), top->manifest.parents.end());
+  auto digest = HUTCH_TRY(store.resolve_tag(name));
+  if (!digest) return plain_error("rootfs", "no recipe named " + name + " (hutch recipe build)");
+  auto top = HUTCH_TRY(store.get(*digest));
+  std::vector<std::string> chain = {top.digest};
+  chain.insert(chain.end(), top.manifest.parents.begin(), top.manifest.parents.end());
   for (const std::string& layer : chain) {
-    auto info = store.get(layer);
-    if (!info) return std::unexpected(info.error());
-    resolved.layers.push_back(store.image_path(info->digest));
-    resolved.digests.push_back(info->digest);
+    auto info = HUTCH_TRY(store.get(layer));
+    resolved.layers.push_back(store.image_path(info.digest));
+    resolved.digests.push_back(info.digest);
   }
-  resolved.base = top->manifest.base.empty() ? "host" : top->manifest.base;
+  resolved.base = top.manifest.base.empty() ? "host" : top.manifest.base;
   if (resolved.base != "host") resolved.lower_dirs = {resolved.base};
   return resolved;
 }
 
 Result<std::string> recipe_cache_key(const layers::LayerStore& store, const BakeRequest& request) {
-  auto base = resolve_rootfs(store, request.base);
-  if (!base) return std::unexpected(base.error());
-  auto identity = base_identity(*base);
-  if (!identity) return std::unexpected(identity.error());
+  auto base = HUTCH_TRY(resolve_rootfs(store, request.base));
+  auto identity = HUTCH_TRY(base_identity(base));
   UniqueFd dir(open(request.recipe_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir) return sys_error("open", "recipe dir " + request.recipe_dir);
-  auto files = layers::digest_tree(dir.get());
-  if (!files) return std::unexpected(files.error());
-  auto key = layers::Sha256::create();
-  if (!key) return std::unexpected(key.error());
-  key->update("hutch-recipe-v1\n" + *identity + "\n" + *files + "\n");
-  return "sha256:" + key->finish_hex();
+  auto files = HUTCH_TRY(layers::digest_tree(dir.get()));
+  auto key = HUTCH_TRY(layers::Sha256::create());
+  key.update("hutch-recipe-v1\n" + identity + "\n" + files + "\n");
+  return "sha256:" + key.finish_hex();
 }
 
 Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) {
-  if (auto valid = layers::validate_name(request.name); !valid)
-    return std::unexpected(valid.error());
+  HUTCH_TRY(layers::validate_name(request.name));
   struct stat setup;
   if (stat((request.recipe_dir + "/setup.sh").c_str(), &setup) != 0 || !S_ISREG(setup.st_mode))
     return sys_error("stat", request.recipe_dir + "/setup.sh (a recipe needs one)");
-  auto lock = store.lock("recipe-" + request.name);
-  if (!lock) return std::unexpected(lock.error());
+  auto lock = HUTCH_TRY(store.lock("recipe-" + request.name));
 
-  auto key = recipe_cache_key(store, request);
-  if (!key) return std::unexpected(key.error());
+  auto key = HUTCH_TRY(recipe_cache_key(store, request));
   BakeOutcome outcome;
-  if (auto cached = store.find_by_cache_key(*key); !cached) {
-    return std::unexpected(cached.error());
-  } else if (*cached) {
-    if (auto tagged = store.tag(request.name, **cached); !tagged)
-      return std::unexpected(tagged.error());
-    outcome.digest = **cached;
+  if (auto cached = HUTCH_TRY(store.find_by_cache_key(key))) {
+    HUTCH_TRY(store.tag(request.name, *cached));
+    outcome.digest = *cached;
     outcome.cached = true;
     return outcome;
   }
 
-  auto base = resolve_rootfs(store, request.base);
-  if (!base) return std::unexpected(base.error());
+  auto base = HUTCH_TRY(resolve_rootfs(store, request.base));
   // A scratch name in the store's own dir: if this process dies mid-bake, `layers gc` knows the
   // owner is gone and removes it.
-  auto self = read_proc_state(getpid());
-  if (!self) return std::unexpected(self.error());
+  auto self = HUTCH_TRY(read_proc_state(getpid()));
   uint64_t random = 0;
   if (getrandom(&random, sizeof random, 0) != sizeof random) return sys_error("getrandom", "");
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, "bake%016llx", static_cast<unsigned long long>(random));
   ScratchDir scratch(store.state_dir() + "/layers/" +
-                     layers::scratch_name({getpid(), self->start_time}, suffix));
+                     layers::scratch_name({getpid(), self.start_time}, suffix));
   if (mkdir(scratch.path().c_str(), 0700) != 0) return sys_error("mkdir", scratch.path());
 
   SandboxSpec spec = request.sandbox;
-  auto copies = open_recipe_copies();
-  if (!copies) return std::unexpected(copies.error());
-  if (auto swept = remove_abandoned_copies(copies->get()); !swept)
-    return std::unexpected(swept.error());
+  auto copies = HUTCH_TRY(open_recipe_copies());
+  HUTCH_TRY(remove_abandoned_copies(copies.get()));
   ScratchDir recipe_copy(std::string(kRecipeCopies) + "/" +
-                         layers::scratch_name({getpid(), self->start_time}, suffix));
+                         layers::scratch_name({getpid(), self.start_time}, suffix));
   if (mkdir(recipe_copy.path().c_str(), 0700) != 0) return sys_error("mkdir", recipe_copy.path());
-  if (auto copied = copy_recipe_dir(request.recipe_dir, recipe_copy, spec.ids.host_base); !copied) {
-    return std::unexpected(copied.error());
-  }
-  spec.layers = base->layers;
-  spec.lower_dirs = base->lower_dirs;
+  HUTCH_TRY(copy_recipe_dir(request.recipe_dir, recipe_copy, spec.ids.host_base));
+  spec.layers = base.layers;
+  spec.lower_dirs = base.lower_dirs;
   spec.upper_dir = scratch.path();
   // setup.sh installs software: chown and friends within the sandbox's ids (dpkg needs them).
   spec.capabilities |= kFileOwnershipCapabilities;
@@ -241,39 +219,34 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
                "if command -v bash >/dev/null 2>&1; then exec bash -e setup.sh; fi; "
                "exec sh -e setup.sh"};
   spec.env.insert(spec.env.end(), request.bake_env.begin(), request.bake_env.end());
-  auto run = run_sandbox(spec);
-  if (!run) return std::unexpected(run.error());
-  outcome.setup = *run;
-  if (run->timed_out) return plain_error("setup.sh", "timed out; " + request.name + " unchanged");
-  if (run->exit_code != 0 || run->term_signal != 0) {
-    return plain_error(
-        "setup.sh", "failed with exit status " +
-                        std::to_string(run->term_signal ? 128 + run->term_signal : run->exit_code) +
-                        "; " + request.name + " unchanged");
+  outcome.setup = HUTCH_TRY(run_sandbox(spec));
+  const RunResult& run = outcome.setup;
+  if (run.timed_out) return plain_error("setup.sh", "timed out; " + request.name + " unchanged");
+  if (run.exit_code != 0 || run.term_signal != 0) {
+    return plain_error("setup.sh",
+                       "failed with exit status " +
+                           std::to_string(run.term_signal ? 128 + run.term_signal : run.exit_code) +
+                           "; " + request.name + " unchanged");
   }
 
   layers::LayerManifest manifest;
-  manifest.parents = base->digests;
+  manifest.parents = base.digests;
   manifest.built_by = "recipe " + request.name + " from " + request.recipe_dir;
-  manifest.cache_key = *key;
-  manifest.base = base->base;
-  auto layer = store.adopt_tree(scratch.path() + "/upper", manifest);
-  if (!layer) return std::unexpected(layer.error());
-  if (auto tagged = store.tag(request.name, layer->digest); !tagged)
-    return std::unexpected(tagged.error());
-  outcome.digest = layer->digest;
+  manifest.cache_key = key;
+  manifest.base = base.base;
+  auto layer = HUTCH_TRY(store.adopt_tree(scratch.path() + "/upper", manifest));
+  HUTCH_TRY(store.tag(request.name, layer.digest));
+  outcome.digest = layer.digest;
   return outcome;
 }
 
 Result<std::vector<std::string>> layers_in_use(const layers::LayerStore& store) {
-  auto images = attached_images();
-  if (!images) return std::unexpected(images.error());
-  auto all = store.list();
-  if (!all) return std::unexpected(all.error());
+  auto images = HUTCH_TRY(attached_images());
+  auto all = HUTCH_TRY(store.list());
   std::vector<std::string> in_use;
-  for (const layers::LayerInfo& layer : *all) {
+  for (const layers::LayerInfo& layer : all) {
     const std::string image = store.image_path(layer.digest);
-    for (const std::string& attached : *images) {
+    for (const std::string& attached : images) {
       if (attached == image) in_use.push_back(layer.digest);
     }
   }

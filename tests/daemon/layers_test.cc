@@ -1,12 +1,15 @@
-// Recipes, snapshots, forks, checkpoints and layer gc through hutchd (daemon/layer_routes.cc):
-// bakes run the real `hutch recipe build`, sandboxes mount the real erofs layers.
+// Recipes, snapshots, forks, checkpoints and layer gc through hutchd (daemon/layer_routes.cc over
+// daemon/service/recipes.cc): bakes run the real hutchd-bake, sandboxes mount the real erofs
+// layers.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <thread>
 
+#include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
 namespace hutch::testing {
@@ -292,6 +295,68 @@ TEST_F(LayersTest, GcKeepsLayersOfRunningSandboxes) {
   ASSERT_EQ(snapshot.status, 201) << snapshot.raw;
   std::string copy = create({{"recipe", "after-gc"}});
   EXPECT_EQ(sh(copy, "cat /root/kept"), "kept\n");
+}
+
+// True while some process runs `argv` exactly (the kernel's view: /proc/<pid>/cmdline).
+bool process_running(const std::string& argv) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline == argv) return true;
+  }
+  return false;
+}
+
+// A bake holds nothing a gc or another request waits for: while setup.sh sleeps, gc with no
+// grace, listing, creating and destroying all answer at once; gc runs over and over meanwhile, and
+// the bake's layer, made and tagged while they run, survives them and serves.
+TEST_F(LayersTest, LongBakeBlocksNeitherGcNorOtherRequests) {
+  // setup.sh's sleep as /proc/<pid>/cmdline shows it: "sleep", NUL, "7.25", NUL.
+  const std::string sleeping("sleep\0007.25\0", 11);
+  std::string dir = recipe_dir("slow",
+                               "echo bake-started\n"
+                               "sleep 7.25\n"
+                               "echo slow > /root/slow-marker\n"
+                               "echo bake-finished\n");
+  auto baking = std::async(std::launch::async, [&] { return bake({{"dir", dir}}); });
+  ASSERT_TRUE(wait_until([&] { return process_running(sleeping); }, std::chrono::seconds(30),
+                         "setup.sh to sleep"));
+  auto timed = [](auto request) {
+    auto started = std::chrono::steady_clock::now();
+    auto reply = request();
+    return std::make_pair(reply, std::chrono::steady_clock::now() - started);
+  };
+  // Old hutchd: gc waited for the bake's lock, the whole 7 s.
+  auto [gc, gc_took] = timed([&] {
+    return daemon_->post("/v1/layers/gc", {{"grace_seconds", 0}});
+  });
+  EXPECT_EQ(gc.status, 200) << gc.raw;
+  EXPECT_LT(gc_took, std::chrono::seconds(3));
+  auto [list, list_took] = timed([&] { return daemon_->get("/v1/recipes"); });
+  EXPECT_EQ(list.status, 200) << list.raw;
+  EXPECT_LT(list_took, std::chrono::seconds(3));
+  auto [created, create_took] =
+      timed([&] { return daemon_->post("/v1/sandboxes", json::object()); });
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_LT(create_took, std::chrono::seconds(3));
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/" + created.body["id"].get<std::string>()).status, 204);
+  EXPECT_TRUE(process_running(sleeping)) << "the bake ended early";
+
+  // Until the bake answers, gc keeps running with no grace: the new layer's window between
+  // being made and being tagged is covered.
+  int gcs = 0;
+  while (baking.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    EXPECT_EQ(daemon_->post("/v1/layers/gc", {{"grace_seconds", 0}}).status, 200);
+    ++gcs;
+  }
+  EXPECT_GT(gcs, 0);
+  auto baked = baking.get();
+  ASSERT_EQ(baked.status, 201) << baked.raw;
+  EXPECT_NE(baked.body["log"].get<std::string>().find("bake-finished"), std::string::npos)
+      << baked.raw;
+  EXPECT_EQ(daemon_->post("/v1/layers/gc", {{"grace_seconds", 0}}).status, 200);
+  std::string id = create({{"recipe", "slow"}});
+  EXPECT_EQ(sh(id, "cat /root/slow-marker"), "slow\n");
 }
 
 }  // namespace

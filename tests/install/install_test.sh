@@ -65,14 +65,14 @@ expect_error() {
 docs=$'share/doc/hutch/README.md\nshare/doc/hutch/api.md\nshare/doc/hutch/default.json
 share/doc/hutch/design.md\nshare/doc/hutch/security.md'
 layout=$'bin/hutch\nbin/hutchd\nlib/systemd/system/hutchd.service\nlibexec/hutch/hutch-client
-libexec/hutch/hutch-image\nlibexec/hutch/hutchd-zygote\n'$docs
+libexec/hutch/hutch-image\nlibexec/hutch/hutchd-bake\nlibexec/hutch/hutchd-zygote\n'$docs
 
 case $mode in
   layout)
     install_prefix
     expect_files "$prefix" "$layout"
     for f in bin/hutch bin/hutchd libexec/hutch/hutch-client libexec/hutch/hutch-image \
-      libexec/hutch/hutchd-zygote; do
+      libexec/hutch/hutchd-bake libexec/hutch/hutchd-zygote; do
       [[ -x $prefix/$f ]] || fail "$f is not executable"
     done
     grep -qxF "ExecStart=$prefix/bin/hutchd --socket %t/hutch/hutchd.sock --state-dir %S/hutch" \
@@ -139,10 +139,9 @@ case $mode in
       [[ ", $depends," == *", $dep "* || ", $depends," == *", $dep,"* ]] ||
         fail "Depends lacks $dep: $depends"
     done
-    # Captured, not piped into grep -q: grep's early exit could SIGPIPE dpkg-deb and, under
-    # pipefail, fail the check (seen under ctest -j2).
-    info=$(dpkg-deb --info "$deb")
-    grep -q '^ Package: hutch$' <<<"$info" || fail "dpkg-deb --info: not package hutch"
+    # --field, not --info | grep -q: grep quitting at the match made dpkg-deb's next write fail
+    # (SIGPIPE), which pipefail reported as a failure under ctest -j2.
+    [[ $(dpkg-deb --field "$deb" Package) == hutch ]] || fail "dpkg-deb --field: not package hutch"
     contents=$(dpkg-deb --contents "$deb" | awk '$1 !~ /^d/ {print substr($6, 3)}' | LC_ALL=C sort)
     want=$(sed 's|^|usr/|' <<<"$layout" | LC_ALL=C sort)
     [[ $contents == "$want" ]] ||

@@ -1,11 +1,11 @@
-// recipe.json's parser (cli/recipe_json.h).
-#include "cli/recipe_json.h"
+// recipe.json's parser (recipes/recipe_json.h).
+#include "recipes/recipe_json.h"
 
 #include <gtest/gtest.h>
 
 #include "tests/unit/result_util.h"
 
-namespace hutch::cli {
+namespace hutch::recipes {
 namespace {
 
 using test_util::error_message;
@@ -46,4 +46,4 @@ TEST(ParseRecipeJson, PidsMustBeAPositiveInteger) {
 }
 
 }  // namespace
-}  // namespace hutch::cli
+}  // namespace hutch::recipes

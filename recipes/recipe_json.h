@@ -1,6 +1,7 @@
-// recipe.json, the optional settings file of a recipe directory (`hutch recipe build`):
-// {"base": "...", "env": {"K": "V"}, "limits": {"memory": "512M", "pids": 256, "cpus": 1.0},
-//  "timeout": "10m"}. Pure parsing (fuzz/recipe_json_fuzzer.cc); the CLI applies what its own
+// recipe.json, the optional settings file of a recipe directory (`hutch recipe build`,
+// `POST /v1/recipes`): {"base": "...", "env": {"K": "V"}, "limits": {"memory": "512M",
+// "pids": 256, "cpus": 1.0}, "timeout": "10m"}. Pure parsing (fuzz/recipe_json_fuzzer.cc), beside
+// the runtime rather than in either face: the CLI and hutchd-bake both apply what their own
 // options did not set.
 #pragma once
 
@@ -12,7 +13,7 @@
 
 #include "runtime/base/error.h"
 
-namespace hutch::cli {
+namespace hutch::recipes {
 
 struct RecipeJson {
   std::optional<std::string> base;
@@ -27,4 +28,4 @@ struct RecipeJson {
 // wrong type.
 Result<RecipeJson> parse_recipe_json(std::string_view text);
 
-}  // namespace hutch::cli
+}  // namespace hutch::recipes

@@ -1,8 +1,8 @@
-#include "cli/recipe_json.h"
+#include "recipes/recipe_json.h"
 
 #include <nlohmann/json.hpp>
 
-namespace hutch::cli {
+namespace hutch::recipes {
 
 Result<RecipeJson> parse_recipe_json(std::string_view text) {
   RecipeJson recipe;
@@ -42,4 +42,4 @@ Result<RecipeJson> parse_recipe_json(std::string_view text) {
   return recipe;
 }
 
-}  // namespace hutch::cli
+}  // namespace hutch::recipes
