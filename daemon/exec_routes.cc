@@ -185,7 +185,7 @@ void background_exec(DaemonContext& context, Call& call, const std::shared_ptr<S
 
 void exec_route(DaemonContext& context, Call& call, const httplib::Request& req,
                 httplib::Response& res, ExecFlavor flavor) {
-  auto sandbox = context.registry.get(sandbox_id(req));
+  auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
   ExecOptions options = parse_exec_request(parse_body(req), flavor);
   if (sandbox->state() == SandboxState::kPaused)
     throw ApiError(409, "sandbox_paused", "sandbox " + sandbox->id() + " is paused; resume it");
@@ -235,7 +235,7 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
 
   routes.get(one + "/processes",
              [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-               auto sandbox = context.registry.get(sandbox_id(req));
+               auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
                json list = json::array();
                for (const auto& process : sandbox->processes())
                  list.push_back(status_json(process->status()));
@@ -243,12 +243,12 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
              });
   const std::string proc = one + "/processes/([0-9]+)";
   routes.get(proc, [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-    auto sandbox = context.registry.get(sandbox_id(req));
+    auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
     send_json(res, 200, status_json(find_process(*sandbox, req.matches[2])->status()));
   });
   routes.get(
       proc + "/output", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
         auto process = find_process(*sandbox, req.matches[2]);
         std::string stream = req.has_param("stream") ? req.get_param_value("stream") : "stdout";
         if (stream != "stdout" && stream != "stderr")
@@ -268,7 +268,7 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
       });
   routes.post(proc + "/stdin",
               [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-                auto sandbox = context.registry.get(sandbox_id(req));
+                auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
                 auto process = find_process(*sandbox, req.matches[2]);
                 json body = parse_body(req);
                 std::string data = optional_string(body, "data").value_or("");
@@ -286,7 +286,7 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
               });
   routes.post(
       proc + "/signal", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
         auto process = find_process(*sandbox, req.matches[2]);
         json body = parse_body(req);
         const json* signal = optional_field(body, "signal");
@@ -305,7 +305,7 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
       });
   routes.post(
       proc + "/wait", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
         auto process = find_process(*sandbox, req.matches[2]);
         uint64_t seconds = std::min(uint_param(req, "timeout_seconds", 30), kMaxWaitSeconds);
         process->wait(std::chrono::seconds(seconds));

@@ -429,7 +429,7 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
         if (!body.is_object()) throw bad_request("the request body must be an object");
         const std::string name = string_field(body, "name");
         check_user_tag(name, "name");
-        auto sandbox = registry.get(sandbox_id(req));
+        auto sandbox = or_throw(registry.get(sandbox_id(req)));
         send_json(res, 201, snapshot_json(name, snapshot_sandbox(registry, *sandbox, name)));
       });
 
@@ -444,7 +444,7 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
       // The sandbox config's own label rules.
       labels = parse_sandbox_config(json{{"labels", body["labels"]}}).labels;
     }
-    auto source = registry.get(sandbox_id(req));
+    auto source = or_throw(registry.get(sandbox_id(req)));
     const std::string tag = std::string(kForkPrefix) + source->id().substr(3) + "-" + random_hex(4);
     Snapshot snapshot = snapshot_sandbox(registry, *source, tag);
     SandboxConfig config = source->config();
@@ -454,15 +454,11 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
     try {
       auto use = resolve_recipe(config, registry.state_dir());
       for (uint64_t i = 0; i < count; ++i)
-        forks.push_back(registry.create(config, call.request_id));
+        forks.push_back(or_throw(registry.create(config, call.request_id)));
     } catch (...) {
       // All or none.
-      for (const auto& fork : forks) {
-        try {
-          registry.destroy(fork->id(), "fork request " + call.request_id + " failed");
-        } catch (const ApiError&) {
-        }
-      }
+      for (const auto& fork : forks)
+        (void)registry.destroy(fork->id(), "fork request " + call.request_id + " failed");
       throw;
     }
     json list = json::array();
@@ -476,13 +472,13 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
     if (!body.is_object()) throw bad_request("the request body must be an object");
     const std::string name = string_field(body, "name");
     check_layer_name(name, "name", kMaxCheckpointName);
-    auto sandbox = registry.get(sandbox_id(req));
+    auto sandbox = or_throw(registry.get(sandbox_id(req)));
     Snapshot snapshot = snapshot_sandbox(registry, *sandbox, checkpoint_tag(sandbox->id(), name));
     send_json(res, 201, snapshot_json(name, snapshot));
   });
   routes.get(one + "/checkpoints",
              [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-               auto sandbox = registry.get(sandbox_id(req));
+               auto sandbox = or_throw(registry.get(sandbox_id(req)));
                layers::LayerStore store = open_store(registry.state_dir());
                auto tags = store.tags();
                if (!tags) throw runtime_failure(tags.error());
@@ -503,7 +499,7 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
               [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
                 const std::string name = req.matches[2].str();
                 check_layer_name(name, "checkpoint name", kMaxCheckpointName);
-                auto sandbox = registry.get(sandbox_id(req));
+                auto sandbox = or_throw(registry.get(sandbox_id(req)));
                 const std::string tag = checkpoint_tag(sandbox->id(), name);
                 SandboxConfig config = sandbox->config();
                 layers::LayerStore store = open_store(registry.state_dir());
@@ -514,7 +510,8 @@ void add_layer_routes(Routes& routes, DaemonContext& context) {
                   throw ApiError(404, "checkpoint_not_found",
                                  "sandbox " + sandbox->id() + " has no checkpoint " + name);
                 apply_stack(config, store, tag);  // refuses a too deep stack before destroying
-                auto replaced = registry.replace(sandbox, std::move(config), call.request_id);
+                auto replaced =
+                    or_throw(registry.replace(sandbox, std::move(config), call.request_id));
                 send_json(res, 200, replaced->to_json());
               });
 
