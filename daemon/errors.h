@@ -29,9 +29,6 @@ struct ApiError : std::exception {
 inline ApiError bad_request(std::string message) {
   return ApiError(400, "bad_request", std::move(message));
 }
-inline ApiError process_not_found(const std::string& pid) {
-  return ApiError(404, "process_not_found", "no background process " + pid);
-}
 // The one mapping of error kinds to HTTP statuses: invalid 400, not found 404, conflict 409,
 // unsupported 501, failure 500. The code and message are the service's.
 int http_status(ErrorKind kind);
