@@ -103,8 +103,8 @@ class SandboxRegistry {
   service::ServiceResult<std::shared_ptr<Sandbox>> replace(const std::shared_ptr<Sandbox>& old,
                                                            SandboxConfig config,
                                                            const std::string& request_id);
-  // Called with the id at the end of every teardown, once the sandbox's dir is gone (main.cc
-  // drops the sandbox's checkpoint tags). Set before serving.
+  // The observer of teardowns: called with the id at the end of every one, once the sandbox's
+  // dir is gone (the layer side drops the sandbox's checkpoint tags). Set before serving.
   void set_on_destroyed(std::function<void(const std::string&)> hook) {
     on_destroyed_ = std::move(hook);
   }
