@@ -36,7 +36,7 @@ inline constexpr int kWarmUpPolls = 1000;
 inline constexpr auto kWarmUpPollInterval = std::chrono::milliseconds(10);
 // How long DELETE waits for the SIGKILLed init to exit (it exits once every other process of
 // its pid namespace has: zap_pid_ns_processes).
-inline constexpr auto kInitExitTimeout = std::chrono::seconds(2);
+inline constexpr auto kInitExitTimeout = std::chrono::seconds(5);
 
 // The create path's own limits on a config, past what the codec checks field by field: the
 // rootfs is a directory, and env and labels fit a record (64 KiB). Errors: bad_request.
