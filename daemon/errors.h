@@ -1,11 +1,14 @@
 // The daemon's error model: every failed request answers
 // {"error":{"code":"…","message":"…"}} with a stable code and its HTTP status (docs/api.md).
-// Handlers throw ApiError; the route wrapper in server.cc catches it (and nlohmann's exceptions,
+// The service layer (daemon/service/) returns ServiceErrors; a route turns one into an ApiError
+// with or_throw(), and the route wrapper in server.cc catches it (and nlohmann's exceptions,
 // which become invalid_json) once, at the edge (STYLE.md rule 10).
 #pragma once
 
 #include <exception>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "daemon/service/error.h"
 #include "runtime/base/error.h"
@@ -26,19 +29,27 @@ struct ApiError : std::exception {
 inline ApiError bad_request(std::string message) {
   return ApiError(400, "bad_request", std::move(message));
 }
-inline ApiError sandbox_not_found(const std::string& id) {
-  return ApiError(404, "sandbox_not_found", "no sandbox " + id);
-}
-inline ApiError process_not_found(const std::string& pid) {
-  return ApiError(404, "process_not_found", "no background process " + pid);
-}
 // The one mapping of error kinds to HTTP statuses: invalid 400, not found 404, conflict 409,
 // unsupported 501, failure 500. The code and message are the service's.
 int http_status(ErrorKind kind);
 ApiError api_error(const service::ServiceError& error);
 // A runtime failure: the status of its kind, with the runtime's own message (syscall, argument,
 // errno).
-inline ApiError runtime_failure(const Error& error) { return api_error(service::from_runtime(error)); }
+inline ApiError runtime_failure(const Error& error) {
+  return api_error(service::from_runtime(error));
+}
+// A route's call into the service or the runtime: the value, or the error thrown for the route
+// wrapper to answer.
+template <class T>
+T or_throw(service::ServiceResult<T> result) {
+  if (!result) throw api_error(result.error());
+  if constexpr (!std::is_void_v<T>) return std::move(*result);
+}
+template <class T>
+T or_throw(Result<T> result) {
+  if (!result) throw runtime_failure(result.error());
+  if constexpr (!std::is_void_v<T>) return std::move(*result);
+}
 // A files::FsError: the code is errc_name() (too_large is reported as payload_too_large and io
 // as io_error), with the HTTP status of its family.
 ApiError fs_failure(const files::FsError& error);

@@ -60,8 +60,6 @@ class ExecSession {
   Result<void> signal(int sig);
   Result<void> kill_tree();
   UniqueFd take_stdin() { return std::move(stdin_); }
-  UniqueFd& stdout_pipe() { return stdout_; }
-  UniqueFd& stderr_pipe() { return stderr_; }
   std::chrono::steady_clock::time_point started() const { return started_; }
 
  private:

@@ -1,17 +1,15 @@
 // POST /v1/sandboxes/{id}/exec (buffered, streamed, background), the HasteKit aliases, and the
-// background process routes.
-#include <spdlog/spdlog.h>
-
+// background process routes: each decodes, calls daemon/service/exec_service.h, encodes.
 #include "daemon/errors.h"
 #include "daemon/exec.h"
 #include "daemon/json_codec.h"
 #include "daemon/server.h"
+#include "daemon/service/exec_service.h"
 
 namespace hutch::daemon {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kDefaultOutputLimit = 1ull << 20;
 constexpr uint64_t kMaxOutputLimit = 8ull << 20;
@@ -30,20 +28,6 @@ size_t utf8_complete_prefix(std::string_view data) {
   return n;
 }
 
-std::optional<Clock::time_point> exec_deadline(const ExecOptions& options, const Sandbox& sandbox) {
-  double seconds = options.timeout_seconds > 0
-                       ? options.timeout_seconds
-                       : static_cast<double>(sandbox.config().default_timeout_seconds);
-  if (seconds <= 0) return std::nullopt;
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::optional<uint64_t> oom_kills(const Sandbox& sandbox) {
-  auto count = sandbox.live().oom_kills();
-  return count ? *count : std::nullopt;
-}
-
 json status_json(const ProcessStatus& status) {
   json out = {
       {"pid", status.pid},
@@ -58,57 +42,18 @@ json status_json(const ProcessStatus& status) {
   return out;
 }
 
-ExecStart exec_start(const ExecOptions& options, const Sandbox& sandbox) {
-  ExecStart start;
-  start.argv = options.argv;
-  start.env = exec_environment(sandbox.config().env, options.env);
-  start.workdir = options.workdir.value_or(sandbox.config().workdir);
-  start.stdin_data = options.stdin_data;
-  return start;
-}
-
-void log_exec_end(Sandbox& sandbox, const std::string& request_id, const ExecOptions& options,
-                  const ExecOutcome& outcome) {
-  double ms = outcome.duration.count() / 1000.0;
-  sandbox.log().add({{"event", "exec_ended"},
-                     {"request", request_id},
-                     {"argv", options.argv},
-                     {"exit_code", outcome.exit_code},
-                     {"timed_out", outcome.timed_out},
-                     {"duration_ms", ms}});
-  spdlog::info("sandbox={} request={} exec exit={} timed_out={} {:.2f} ms", sandbox.id(),
-               request_id, outcome.exit_code, outcome.timed_out, ms);
-}
-
 void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
                    const ExecOptions& options, httplib::Response& res) {
-  Sandbox::ExecGuard guard(*sandbox);
-  auto oom_before = oom_kills(*sandbox);
-  auto session = ExecSession::start(sandbox->live(), exec_start(options, *sandbox));
-  if (!session) throw runtime_failure(session.error());
-  CappedBuffer out_cap(options.max_output_bytes), err_cap(options.max_output_bytes);
-  std::string out, err;
-  ExecOutcome outcome = session->run(exec_deadline(options, *sandbox),
-                                     [&](OutputStream stream, std::string_view data) {
-                                       if (stream == OutputStream::kStdout) {
-                                         out.append(out_cap.admit(data));
-                                       } else {
-                                         err.append(err_cap.admit(data));
-                                       }
-                                       return true;
-                                     });
-  auto oom_after = oom_kills(*sandbox);
-  bool oom = oom_before && oom_after && *oom_after > *oom_before;
-  context.metrics.exec_seconds().observe(outcome.duration.count() / 1e6);
-  log_exec_end(*sandbox, call.request_id, options, outcome);
-  json body = {{"stdout", out},
-               {"stderr", err},
-               {"exit_code", outcome.exit_code},
-               {"duration_ms", outcome.duration.count() / 1000.0},
-               {"timed_out", outcome.timed_out},
-               {"oom_killed", oom},
-               {"truncated", out_cap.truncated || err_cap.truncated}};
-  if (outcome.start_error) body["start_error"] = *outcome.start_error;
+  BufferedExec result =
+      or_throw(run_buffered_exec(sandbox, options, call.request_id, context.metrics));
+  json body = {{"stdout", result.out},
+               {"stderr", result.err},
+               {"exit_code", result.outcome.exit_code},
+               {"duration_ms", result.outcome.duration.count() / 1000.0},
+               {"timed_out", result.outcome.timed_out},
+               {"oom_killed", result.oom_killed},
+               {"truncated", result.truncated}};
+  if (result.outcome.start_error) body["start_error"] = *result.outcome.start_error;
   send_json(res, 200, body);
 }
 
@@ -117,11 +62,10 @@ void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
 // command's tree is killed.
 void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
                    const ExecOptions& options, httplib::Response& res) {
-  auto guard = std::make_shared<Sandbox::ExecGuard>(*sandbox);
-  auto session = ExecSession::start(sandbox->live(), exec_start(options, *sandbox));
-  if (!session) throw runtime_failure(session.error());
-  auto shared_session = std::make_shared<ExecSession>(std::move(*session));
-  auto deadline = exec_deadline(options, *sandbox);
+  StreamedExec started = or_throw(start_streamed_exec(sandbox, options, call.request_id));
+  auto shared_session = started.session;
+  auto deadline = started.deadline;
+  auto guard = started.guard;
   std::shared_ptr<void> slot = call.slot;
   std::string request_id = call.request_id;
   res.status = 200;
@@ -144,8 +88,7 @@ void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
         ExecOutcome outcome = shared_session->run(
             deadline,
             [&](OutputStream stream, std::string_view data) { return emit(stream, data, false); });
-        context.metrics.exec_seconds().observe(outcome.duration.count() / 1e6);
-        log_exec_end(*sandbox, request_id, options, outcome);
+        finish_exec(*sandbox, request_id, options, outcome, context.metrics);
         if (outcome.aborted) return false;
         bool ok = emit(OutputStream::kStdout, {}, true) && emit(OutputStream::kStderr, {}, true);
         std::string last = dump_json({{"exit_code", outcome.exit_code},
@@ -161,51 +104,18 @@ void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
 
 void background_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
                      const ExecOptions& options, httplib::Response& res) {
-  std::weak_ptr<Sandbox> weak = sandbox;
-  std::string request_id = call.request_id;
-  auto process = BackgroundProcess::start(
-      sandbox->live(), exec_start(options, *sandbox), sandbox->dir(),
-      context.options.background_output_cap, [weak, request_id](const ProcessStatus& status) {
-        if (auto owner = weak.lock()) {
-          owner->touch();  // the idle TTL counts from the process's end
-          owner->log().add({{"event", "process_exited"},
-                            {"pid", status.pid},
-                            {"exit_code", status.exit_code},
-                            {"duration_ms", status.duration_ms}});
-        }
-      });
-  if (!process) throw runtime_failure(process.error());
-  sandbox->add_process(*process);
-  sandbox->log().add({{"event", "process_started"},
-                      {"request", request_id},
-                      {"pid", (*process)->pid()},
-                      {"argv", options.argv}});
-  send_json(res, 201, status_json((*process)->status()));
+  auto process = or_throw(start_background_exec(sandbox, options, call.request_id,
+                                                context.options.background_output_cap));
+  send_json(res, 201, status_json(process->status()));
 }
 
 void exec_route(DaemonContext& context, Call& call, const httplib::Request& req,
                 httplib::Response& res, ExecFlavor flavor) {
-  auto sandbox = context.registry.get(sandbox_id(req));
+  auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
   ExecOptions options = parse_exec_request(parse_body(req), flavor);
-  if (sandbox->state() == SandboxState::kPaused)
-    throw ApiError(409, "sandbox_paused", "sandbox " + sandbox->id() + " is paused; resume it");
-  sandbox->log().add(
-      {{"event", "exec_started"}, {"request", call.request_id}, {"argv", options.argv}});
   if (options.background) return background_exec(context, call, sandbox, options, res);
   if (options.stream) return streamed_exec(context, call, sandbox, options, res);
   buffered_exec(context, call, sandbox, options, res);
-}
-
-std::shared_ptr<BackgroundProcess> find_process(const Sandbox& sandbox, const std::string& text) {
-  pid_t pid = 0;
-  try {
-    pid = static_cast<pid_t>(std::stol(text));
-  } catch (const std::exception&) {
-    throw process_not_found(text);
-  }
-  auto process = sandbox.process(pid);
-  if (!process) throw process_not_found(text);
-  return process;
 }
 
 uint64_t uint_param(const httplib::Request& req, const char* name, uint64_t fallback) {
@@ -235,7 +145,7 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
 
   routes.get(one + "/processes",
              [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-               auto sandbox = context.registry.get(sandbox_id(req));
+               auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
                json list = json::array();
                for (const auto& process : sandbox->processes())
                  list.push_back(status_json(process->status()));
@@ -243,13 +153,13 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
              });
   const std::string proc = one + "/processes/([0-9]+)";
   routes.get(proc, [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-    auto sandbox = context.registry.get(sandbox_id(req));
-    send_json(res, 200, status_json(find_process(*sandbox, req.matches[2])->status()));
+    auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+    send_json(res, 200, status_json(or_throw(find_process(*sandbox, req.matches[2]))->status()));
   });
   routes.get(
       proc + "/output", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
-        auto process = find_process(*sandbox, req.matches[2]);
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+        auto process = or_throw(find_process(*sandbox, req.matches[2]));
         std::string stream = req.has_param("stream") ? req.get_param_value("stream") : "stdout";
         if (stream != "stdout" && stream != "stderr")
           throw bad_request("stream must be stdout or stderr");
@@ -268,8 +178,8 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
       });
   routes.post(proc + "/stdin",
               [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-                auto sandbox = context.registry.get(sandbox_id(req));
-                auto process = find_process(*sandbox, req.matches[2]);
+                auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+                auto process = or_throw(find_process(*sandbox, req.matches[2]));
                 json body = parse_body(req);
                 std::string data = optional_string(body, "data").value_or("");
                 if (auto encoded = optional_string(body, "data_base64")) {
@@ -286,8 +196,8 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
               });
   routes.post(
       proc + "/signal", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
-        auto process = find_process(*sandbox, req.matches[2]);
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+        auto process = or_throw(find_process(*sandbox, req.matches[2]));
         json body = parse_body(req);
         const json* signal = optional_field(body, "signal");
         if (signal == nullptr) throw bad_request("signal is required");
@@ -305,8 +215,8 @@ void add_exec_routes(Routes& routes, DaemonContext& context) {
       });
   routes.post(
       proc + "/wait", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
-        auto process = find_process(*sandbox, req.matches[2]);
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+        auto process = or_throw(find_process(*sandbox, req.matches[2]));
         uint64_t seconds = std::min(uint_param(req, "timeout_seconds", 30), kMaxWaitSeconds);
         process->wait(std::chrono::seconds(seconds));
         if (!process->running()) process->wait_pumped(std::chrono::seconds(5));

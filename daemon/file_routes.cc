@@ -100,7 +100,7 @@ std::string per_file_error(files::Errc code) {
 
 json fs_op(DaemonContext& context, Sandbox& sandbox, const std::string& op, const json& body) {
   if (!body.is_object()) throw bad_request("the request body must be a JSON object");
-  files::SandboxFs fs = sandbox.fs();
+  files::SandboxFs fs = or_throw(sandbox.fs());
   if (op == "ls") {
     json entries = json::array();
     for (const files::Entry& entry : value_or_throw(fs.list(string_field(body, "path"))))
@@ -232,9 +232,11 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
         // object, handed to handlers as const.
         httplib::Ranges& ranges = const_cast<httplib::Request&>(req).ranges;
         const httplib::Ranges requested = std::exchange(ranges, {});
-        auto sandbox = context.registry.get(sandbox_id(req));
-        files::SandboxFs fs = sandbox->fs();
-        auto fd = std::make_shared<UniqueFd>(value_or_throw(fs.open_read(path_param(req))));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+        files::SandboxFs fs = or_throw(sandbox->fs());
+        auto fd = std::make_shared<UniqueFd>([&] {
+            return value_or_throw(fs.open_read(path_param(req)));
+        }());
         struct stat st {};
         if (::fstat(fd->get(), &st) != 0)
           throw runtime_failure(sys_error("fstat", path_param(req)).error());
@@ -265,9 +267,9 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
   routes.put_reader(
       one + "/files", [&context](Call&, const httplib::Request& req, httplib::Response& res,
                                  const httplib::ContentReader& reader) {
-        auto sandbox = context.registry.get(sandbox_id(req));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
         std::string path = path_param(req);
-        files::SandboxFs fs = sandbox->fs();
+        files::SandboxFs fs = or_throw(sandbox->fs());
         // Streamed: no cap but the sandbox's disk quota, and constant memory.
         auto begun = fs.begin_write(path, mode_param(req));
         std::optional<files::FsError> failure;
@@ -303,15 +305,15 @@ void add_file_routes(Routes& routes, DaemonContext& context) {
       });
   routes.del(
       one + "/files", [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-        auto sandbox = context.registry.get(sandbox_id(req));
+        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
         bool recursive = req.has_param("recursive") && req.get_param_value("recursive") == "true";
-        files::SandboxFs fs = sandbox->fs();
+        files::SandboxFs fs = or_throw(sandbox->fs());
         check_ok(fs.remove(path_param(req), recursive));
         res.status = 204;
       });
   routes.post(one + "/fs/([a-z]+)",
               [&context](Call&, const httplib::Request& req, httplib::Response& res) {
-                auto sandbox = context.registry.get(sandbox_id(req));
+                auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
                 send_json(res, 200, fs_op(context, *sandbox, req.matches[2], parse_body(req)));
               });
 }

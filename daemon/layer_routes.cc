@@ -16,13 +16,6 @@ using service::RecipeService;
 
 constexpr size_t kMaxCheckpointName = 41;
 
-// The service's value, or its error as the route wrapper answers it.
-template <class T>
-T value_of(service::ServiceResult<T> result) {
-  if (!result) throw api_error(result.error());
-  if constexpr (!std::is_void_v<T>) return std::move(*result);
-}
-
 json object_body(const httplib::Request& req) {
   json body = parse_body(req);
   if (!body.is_object()) throw bad_request("the request body must be an object");
@@ -74,7 +67,7 @@ service::BakeParams bake_params(const httplib::Request& req) {
 void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& recipes) {
   routes.post("/v1/recipes", [&recipes](Call&, const httplib::Request& req,
                                         httplib::Response& res) {
-    service::BakeReport report = value_of(recipes.bake(bake_params(req)));
+    service::BakeReport report = or_throw(recipes.bake(bake_params(req)));
     if (report.ok) {
       send_json(res, 201,
                 {{"name", report.name},
@@ -89,7 +82,7 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
   });
   routes.get("/v1/recipes", [&recipes](Call&, const httplib::Request&, httplib::Response& res) {
     json list = json::array();
-    for (const service::TaggedLayer& layer : value_of(recipes.list())) {
+    for (const service::TaggedLayer& layer : or_throw(recipes.list())) {
       list.push_back({{"name", layer.name},
                       {"digest", layer.digest},
                       {"created", created(layer.created)},
@@ -102,7 +95,7 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
              [&recipes](Call&, const httplib::Request& req, httplib::Response& res) {
                const std::string name = req.matches[1].str();
                check_layer_name(name, "recipe name");
-               value_of(recipes.remove(name));
+               or_throw(recipes.remove(name));
                res.status = 204;
              });
 
@@ -112,8 +105,8 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
                 json body = object_body(req);
                 const std::string name = string_field(body, "name");
                 check_layer_name(name, "name");
-                auto sandbox = registry.get(sandbox_id(req));
-                send_json(res, 201, snapshot_json(value_of(recipes.snapshot(*sandbox, name))));
+                auto sandbox = or_throw(registry.get(sandbox_id(req)));
+                send_json(res, 201, snapshot_json(or_throw(recipes.snapshot(*sandbox, name))));
               });
 
   routes.post(one + "/fork", [&registry, &recipes](Call& call, const httplib::Request& req,
@@ -125,9 +118,9 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
       // The sandbox config's own label rules.
       labels = parse_sandbox_config(json{{"labels", body["labels"]}}).labels;
     }
-    auto source = registry.get(sandbox_id(req));
+    auto source = or_throw(registry.get(sandbox_id(req)));
     service::Forked forked =
-        value_of(recipes.fork(*source, count, std::move(labels), call.request_id));
+        or_throw(recipes.fork(*source, count, std::move(labels), call.request_id));
     json list = json::array();
     for (const auto& fork : forked.sandboxes) list.push_back(fork->to_json());
     send_json(res, 201, {{"snapshot", snapshot_json(forked.snapshot)}, {"sandboxes", list}});
@@ -138,14 +131,14 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
                 json body = object_body(req);
                 const std::string name = string_field(body, "name");
                 check_layer_name(name, "name", kMaxCheckpointName);
-                auto sandbox = registry.get(sandbox_id(req));
-                send_json(res, 201, snapshot_json(value_of(recipes.checkpoint(*sandbox, name))));
+                auto sandbox = or_throw(registry.get(sandbox_id(req)));
+                send_json(res, 201, snapshot_json(or_throw(recipes.checkpoint(*sandbox, name))));
               });
   routes.get(one + "/checkpoints", [&registry, &recipes](Call&, const httplib::Request& req,
                                                          httplib::Response& res) {
-    auto sandbox = registry.get(sandbox_id(req));
+    auto sandbox = or_throw(registry.get(sandbox_id(req)));
     json list = json::array();
-    for (const service::TaggedLayer& layer : value_of(recipes.checkpoints(*sandbox))) {
+    for (const service::TaggedLayer& layer : or_throw(recipes.checkpoints(*sandbox))) {
       list.push_back(
           {{"name", layer.name}, {"digest", layer.digest}, {"created", created(layer.created)}});
     }
@@ -156,8 +149,8 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
       [&registry, &recipes](Call& call, const httplib::Request& req, httplib::Response& res) {
         const std::string name = req.matches[2].str();
         check_layer_name(name, "checkpoint name", kMaxCheckpointName);
-        auto sandbox = registry.get(sandbox_id(req));
-        auto replaced = value_of(recipes.rollback(sandbox, name, call.request_id));
+        auto sandbox = or_throw(registry.get(sandbox_id(req)));
+        auto replaced = or_throw(recipes.rollback(sandbox, name, call.request_id));
         send_json(res, 200, replaced->to_json());
       });
 
@@ -166,7 +159,7 @@ void add_layer_routes(Routes& routes, SandboxRegistry& registry, RecipeService& 
         json body = object_body(req);
         uint64_t grace = optional_uint(body, "grace_seconds")
                              .value_or(static_cast<uint64_t>(layers::kDefaultGcGrace.count()));
-        auto removed = value_of(recipes.gc(grace));
+        auto removed = or_throw(recipes.gc(grace));
         send_json(res, 200, {{"removed", removed}});
       });
 }

@@ -24,9 +24,10 @@
 
 #include "daemon/errors.h"
 #include "daemon/metrics.h"
-#include "daemon/sandbox_registry.h"
 #include "daemon/server.h"
+#include "daemon/service/reaper.h"
 #include "daemon/service/recipes.h"
+#include "daemon/service/sandbox_registry.h"
 #include "daemon/zygote.h"
 #include "runtime/cgroup/plan.h"
 
@@ -205,6 +206,8 @@ int main(int argc, char** argv) {
   Daemon daemon(options, registry, metrics, recipes);
   if (auto bound = daemon.bind(); !bound) return fail(bound.error().message());
   daemon.start();
+  Reaper reaper(registry);
+  reaper.start();
   registry.start_pool(warm_pools, [&recipes](SandboxConfig& config) -> std::shared_ptr<void> {
     auto pinned = recipes.resolve(config);
     if (!pinned) throw api_error(pinned.error());  // the pool logs it
@@ -217,6 +220,7 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {}: stopping (in-flight requests get {} s)", sig, shutdown_grace);
   bool clean = daemon.stop(std::chrono::seconds(shutdown_grace));
+  reaper.stop();
   registry.stop_pool();  // idle pool sandboxes were never handed out: always destroyed
   if (destroy_on_exit) {
     registry.destroy_all();
@@ -226,8 +230,8 @@ int main(int argc, char** argv) {
   registry.drain_teardowns();
   spdlog::info("stopped{}", clean ? "" : " (some requests were still running)");
   spdlog::shutdown();
-  // Requests still running after the grace period would touch destroyed objects on a normal
-  // return: leave without running destructors.
+  // Requests still running after the grace period would hold a normal return in ~Daemon (which
+  // waits for them): leave without running destructors.
   std::fflush(nullptr);
   _exit(0);
 }

@@ -23,9 +23,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<uint64_t> next_request{1};
-std::atomic<size_t> in_flight{0};
-
 bool constant_time_equal(const std::string& a, const std::string& b) {
   // Compares every byte of the longer string whatever the content: the time depends on the
   // lengths only.
@@ -87,8 +84,11 @@ bool path_matches(std::string_view pattern, std::string_view path) {
   return pattern.empty() && path.empty();
 }
 
+// Gives a concurrency slot back when the last copy of Call::slot goes.
 struct SlotRelease {
+  explicit SlotRelease(std::atomic<size_t>& in_flight) : in_flight(in_flight) {}
   ~SlotRelease() { in_flight.fetch_sub(1); }
+  std::atomic<size_t>& in_flight;
 };
 
 // Framing that two parties could read two ways (RFC 9112 6.3: request smuggling through a proxy,
@@ -203,19 +203,20 @@ void Routes::put_reader(const std::string& pattern, ReaderHandler handler) {
 void Routes::run(const Route& route, const httplib::Request& req, httplib::Response& res,
                  const httplib::ContentReader* reader) const {
   auto started = Clock::now();
-  Call call{"r" + std::to_string(next_request.fetch_add(1)), nullptr};
+  Call call{"r" + std::to_string(next_request_.fetch_add(1)), nullptr};
   context_.metrics.count_request();
   res.set_header("X-Request-Id", call.request_id);
   std::string code;
+  std::string message;  // logged for a 5xx: this is the one place a failure is logged
   try {
     if (route.counted) {
-      if (in_flight.fetch_add(1) >= context_.options.max_concurrent) {
-        in_flight.fetch_sub(1);
+      if (in_flight_.fetch_add(1) >= context_.options.max_concurrent) {
+        in_flight_.fetch_sub(1);
         throw ApiError(429, "too_many_requests",
                        "more than " + std::to_string(context_.options.max_concurrent) +
                            " requests in flight; retry later");
       }
-      call.slot = std::make_shared<SlotRelease>();
+      call.slot = std::make_shared<SlotRelease>(in_flight_);
     }
     if (reader == nullptr && req.body.size() > context_.options.max_json_bytes)
       throw ApiError(413, "payload_too_large",
@@ -228,24 +229,27 @@ void Routes::run(const Route& route, const httplib::Request& req, httplib::Respo
     }
   } catch (const ApiError& e) {
     code = e.code;
+    message = e.message;
     res.status = e.status;
-    res.set_content(error_body(e.code, e.message), "application/json");
   } catch (const json::exception& e) {
     code = "invalid_json";
+    message = e.what();
     res.status = 400;
-    res.set_content(error_body(code, e.what()), "application/json");
   } catch (const std::exception& e) {
     code = "runtime_error";
+    message = e.what();
     res.status = 500;
-    res.set_content(error_body(code, e.what()), "application/json");
   }
+  if (!code.empty()) res.set_content(error_body(code, message), "application/json");
   if (!code.empty()) context_.metrics.count_error(code);
   double ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
   std::string id = sandbox_id(req);
   auto level = res.status >= 500 ? spdlog::level::warn : spdlog::level::debug;
   if (route.method != "GET" || res.status >= 400) level = std::max(level, spdlog::level::info);
-  spdlog::log(level, "sandbox={} request={} {} {} -> {}{}{} ({:.2f} ms)", id.empty() ? "-" : id,
-              call.request_id, req.method, req.path, res.status, code.empty() ? "" : " ", code, ms);
+  spdlog::log(level, "sandbox={} request={} {} {} -> {}{}{} ({:.2f} ms){}{}", id.empty() ? "-" : id,
+              call.request_id, req.method, req.path, res.status, code.empty() ? "" : " ", code, ms,
+              res.status >= 500 && !message.empty() ? ": " : "",
+              res.status >= 500 ? message : std::string());
 }
 
 httplib::Server::Handler Routes::wrap(const Route& route) const {
@@ -355,114 +359,6 @@ void Routes::install(httplib::Server& server, bool tcp) const {
   server.set_keep_alive_max_count(1000);
 }
 
-// ---- health, metrics, sandbox lifecycle, logs ----
-
-void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
-  SandboxRegistry& registry = context.registry;
-  routes.get("/v1/health", [&registry](Call&, const httplib::Request&, httplib::Response& res) {
-    const RecoveryReport& recovered = registry.recovered();
-    send_json(res, 200,
-              {{"status", "ok"},
-               {"sandboxes", registry.list().size()},
-               {"recovered", {{"adopted", recovered.adopted}, {"removed", recovered.removed}}}});
-  });
-  routes.get("/metrics", [&context](Call&, const httplib::Request&, httplib::Response& res) {
-    uint64_t running = 0, paused = 0;
-    for (const auto& sandbox : context.registry.list())
-      (sandbox->state() == SandboxState::kPaused ? paused : running)++;
-    res.set_content(context.metrics.render(running, paused), "text/plain; version=0.0.4");
-  });
-  routes.post("/v1/sandboxes",
-              [&registry, &recipes = context.recipes](Call& call, const httplib::Request& req,
-                                                      httplib::Response& res) {
-                SandboxConfig config = parse_sandbox_config(parse_body(req));
-                auto pinned = recipes.resolve(config);  // held until the sandbox runs
-                if (!pinned) throw api_error(pinned.error());
-                if (config.rootfs != "host") {
-                  struct stat st {};
-                  if (::stat(config.rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-                    throw bad_request("rootfs " + config.rootfs + " is not a directory");
-                }
-                if (config_to_json(config).dump().size() > 64 * 1024)
-                  throw bad_request("env and labels together are limited to 64 KiB");
-                auto sandbox = registry.create(config, call.request_id);
-                send_json(res, 201, sandbox->to_json());
-              });
-  routes.get("/v1/sandboxes",
-             [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-               std::vector<std::pair<std::string, std::string>> wanted;
-               // httplib splits "label=k=v" at every '=': read the raw query instead.
-               std::string query = req.target.find('?') == std::string::npos
-                                       ? ""
-                                       : req.target.substr(req.target.find('?') + 1);
-               std::vector<std::string> labels;
-               for (size_t start = 0; start <= query.size();) {
-                 size_t end = std::min(query.find('&', start), query.size());
-                 std::string part = query.substr(start, end - start);
-                 if (part.starts_with("label="))
-                   labels.push_back(httplib::detail::decode_url(part.substr(6), true));
-                 start = end + 1;
-               }
-               for (const std::string& label : labels) {
-                 size_t eq = label.find('=');
-                 if (eq == std::string::npos) throw bad_request("label filter must be key=value");
-                 wanted.emplace_back(label.substr(0, eq), label.substr(eq + 1));
-               }
-               json list = json::array();
-               for (const auto& sandbox : registry.list()) {
-                 const auto& labels = sandbox->config().labels;
-                 bool match = std::ranges::all_of(wanted, [&](const auto& kv) {
-                   auto it = labels.find(kv.first);
-                   return it != labels.end() && it->second == kv.second;
-                 });
-                 if (match) list.push_back(sandbox->to_json());
-               }
-               send_json(res, 200, {{"sandboxes", list}});
-             });
-  const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";
-  routes.get(one, [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-    send_json(res, 200, registry.get(sandbox_id(req))->to_json());
-  });
-  // Answered once every process of the sandbox is dead; the rest of the teardown (cgroups,
-  // state dir) finishes in the background unless ?wait=true.
-  routes.del(one, [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
-    const std::string reason = "deleted by request " + call.request_id;
-    if (req.get_param_value("wait") == "true") {
-      registry.destroy(sandbox_id(req), reason);
-    } else {
-      registry.destroy_soon(sandbox_id(req), reason);
-    }
-    res.status = 204;
-  });
-  routes.get("/v1/pools", [&registry](Call&, const httplib::Request&, httplib::Response& res) {
-    json pools = json::array();
-    for (const auto& [rootfs, status] : registry.pool_status()) {
-      pools.push_back({{"rootfs", rootfs}, {"size", status.first}, {"idle", status.second}});
-    }
-    send_json(res, 200, {{"pools", pools}});
-  });
-  routes.post(one + "/pause",
-              [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-                auto sandbox = registry.get(sandbox_id(req));
-                registry.pause(*sandbox);
-                send_json(res, 200, sandbox->to_json());
-              });
-  routes.post(one + "/resume",
-              [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-                auto sandbox = registry.get(sandbox_id(req));
-                registry.resume(*sandbox);
-                send_json(res, 200, sandbox->to_json());
-              });
-  routes.get(one + "/logs",
-             [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
-               auto sandbox = registry.get(sandbox_id(req));
-               std::string text;
-               for (const json& event : sandbox->log().snapshot()) text += dump_json(event) + "\n";
-               res.status = 200;
-               res.set_content(text, "application/x-ndjson");
-             });
-}
-
 // ---- Listener ----
 
 namespace {
@@ -514,7 +410,12 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
   add_layer_routes(routes_, registry, recipes);
 }
 
-Daemon::~Daemon() = default;
+// Safe whatever stop() returned: the listener threads end once stopped, and the guard's shutdown
+// waits for the requests still running (they use the routes, the context and the listeners).
+Daemon::~Daemon() {
+  if (!stopped_) (void)stop(std::chrono::seconds(0));
+  guard_.reset();  // before the listeners its workers serve through
+}
 
 Result<void> Daemon::bind() {
   const std::string& path = context_.options.socket_path;
@@ -566,43 +467,28 @@ Result<void> Daemon::bind() {
 void Daemon::start() {
   for (Listener* server : {unix_.get(), tcp_.get()}) {
     if (server == nullptr) continue;
-    ++serving_;
-    threads_.emplace_back([this, server] {
-      server->listen_after_bind();
-      --serving_;
-    });
+    threads_.emplace_back([server] { server->listen_after_bind(); });
   }
-  threads_.emplace_back([this] {
-    while (!stopping_.load()) {
-      context_.registry.reap();
-      for (int i = 0; i < 5 && !stopping_.load(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
 }
 
 bool Daemon::stop(std::chrono::seconds grace) {
-  stopping_.store(true);
+  stopped_ = true;
   // stop() closes the listening socket at once; connections between requests close now, those
   // with a request in flight once it is answered.
   if (unix_) unix_->stop();
   if (tcp_) tcp_->stop();
   ::unlink(context_.options.socket_path.c_str());
   if (guard_) guard_->close_parked();
+  // listen_after_bind() returns once its listener is stopped: these joins do not wait for
+  // requests.
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
   auto deadline = Clock::now() + grace;
-  auto busy = [this] { return serving_.load() > 0 || (guard_ && guard_->busy() > 0); };
+  auto busy = [this] { return guard_ && guard_->busy() > 0; };
   while (busy() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   bool clean = !busy();
   if (clean && guard_) guard_->shutdown();
-  for (std::thread& thread : threads_) {
-    if (clean) {
-      thread.join();
-    } else {
-      thread.detach();
-    }
-  }
-  threads_.clear();
   return clean;
 }
 

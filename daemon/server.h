@@ -1,7 +1,8 @@
-// The HTTP face: listeners (unix socket, optional TCP with a bearer token), the route wrapper
-// that every handler runs in (request id, auth, concurrency cap, error mapping, logging), and
-// the route tables of server.cc (health, metrics, sandbox lifecycle, logs), exec_routes.cc and
-// file_routes.cc.
+// The HTTP face: listeners (unix socket, optional TCP with a bearer token) and the route wrapper
+// that every handler runs in (request id, auth, concurrency cap, error mapping, logging), in
+// server.cc; the route tables of sandbox_routes.cc (health, metrics, sandbox lifecycle, logs),
+// exec_routes.cc, file_routes.cc and layer_routes.cc. Routes decode a request, call the service
+// layer (daemon/service/), and encode its answer.
 #pragma once
 
 #include <httplib.h>
@@ -18,7 +19,7 @@
 
 #include "daemon/connection_guard.h"
 #include "daemon/metrics.h"
-#include "daemon/sandbox_registry.h"
+#include "daemon/service/sandbox_registry.h"
 
 namespace hutch::daemon {
 
@@ -85,6 +86,8 @@ class Routes {
            const httplib::ContentReader* reader) const;
   DaemonContext& context_;
   std::vector<Route> routes_;
+  mutable std::atomic<uint64_t> next_request_{1};
+  mutable std::atomic<size_t> in_flight_{0};  // counted requests
 };
 
 // Helpers for handlers.
@@ -123,12 +126,14 @@ class Daemon {
  public:
   Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metrics,
          service::RecipeService& recipes);
+  // Stops (if stop() was not called) and waits for every request still running.
   ~Daemon();
   // Binds the listeners (the unix socket gets mode 0660). Errors are startup errors.
   Result<void> bind();
-  // Serves on background threads, and runs the idle reaper.
+  // Serves on background threads.
   void start();
-  // Stops accepting, lets in-flight requests finish for at most `grace`. false: some did not.
+  // Stops accepting, lets in-flight requests finish for at most `grace`. false: some did not
+  // (the destructor then waits for them).
   bool stop(std::chrono::seconds grace);
 
  private:
@@ -137,9 +142,8 @@ class Daemon {
   std::unique_ptr<ConnectionGuard> guard_;  // before the listeners, which use it
   std::unique_ptr<Listener> unix_;
   std::unique_ptr<Listener> tcp_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<int> serving_{0};
+  std::vector<std::thread> threads_;  // the listeners' accept loops
+  bool stopped_ = false;
 };
 
 }  // namespace hutch::daemon

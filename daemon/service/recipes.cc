@@ -337,19 +337,20 @@ ServiceResult<Forked> RecipeService::fork(Sandbox& source, uint64_t count,
   config.recipe = tag;
   if (labels) config.labels = std::move(*labels);
   LayerPin held = HUTCH_TRY(resolve(config));
-  try {
-    for (uint64_t i = 0; i < count; ++i)
-      forked.sandboxes.push_back(registry_.create(config, request_id));
-  } catch (...) {
+  for (uint64_t i = 0; i < count; ++i) {
+    auto created = registry_.create(config, request_id);
+    if (created) {
+      forked.sandboxes.push_back(std::move(*created));
+      continue;
+    }
     // All or none; the create's own failure is the one reported.
     for (const auto& fork : forked.sandboxes) {
-      try {
-        registry_.destroy(fork->id(), "fork request " + request_id + " failed");
-      } catch (...) {
-        spdlog::error("sandbox={} destroying a fork of a failed request", fork->id());
-      }
+      if (auto destroyed = registry_.destroy(fork->id(), "fork request " + request_id + " failed");
+          !destroyed)
+        spdlog::error("sandbox={} destroying a fork of a failed request: {}", fork->id(),
+                      destroyed.error().message);
     }
-    throw;
+    return std::unexpected(std::move(created).error());
   }
   return forked;
 }

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "daemon/json_codec.h"
-#include "daemon/sandbox_registry.h"
+#include "daemon/service/sandbox_registry.h"
 #include "daemon/service/bake.h"
 #include "daemon/service/error.h"
 #include "runtime/layers/layer_store.h"

@@ -51,6 +51,33 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
                          "the sandbox's state dir to go", std::chrono::milliseconds(10)));
 }
 
+// docs/api.md: DELETE "answers once every process of the sandbox is dead", as the kernel sees it
+// when the answer comes: init is gone (or only its zombie is left for the supervisor to reap), and
+// so is a background process of the sandbox.
+// /proc/<pid>/stat's state field, '-' when there is no such process.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '-' : stat[paren + 2];
+}
+
+TEST_F(DaemonTest, DeleteAnswersOnceInitAndItsProcessesAreDead) {
+  const std::string id = create();
+  const pid_t init = daemon_->get("/v1/sandboxes/" + id).body["init_pid"].get<pid_t>();
+  const std::string marker = "sleep 86317";
+  auto started = daemon_->post("/v1/sandboxes/" + id + "/exec",
+                               {{"argv", {"sleep", "86317"}}, {"background", true}});
+  ASSERT_EQ(started.status, 201) << started.body.dump();
+  ASSERT_TRUE(wait_until([&] { return count_host_processes_with(marker) == 1; },
+                         std::chrono::seconds(5), "the background sleep to run"));
+  ASSERT_EQ(daemon_->del("/v1/sandboxes/" + id).status, 204);
+  const char state = process_state(init);
+  EXPECT_TRUE(state == '-' || state == 'Z' || state == 'X')
+      << "init " << init << " is in state " << state << " after DELETE";
+  EXPECT_EQ(count_host_processes_with(marker), 0);
+}
+
 // How many idle sandboxes hutchd's one warm pool holds, once it holds `want` (or 10 s passed).
 int wait_for_idle(const Hutchd& daemon, int want) {
   auto idle = [&] {

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "daemon/metrics.h"
-#include "daemon/sandbox_registry.h"
+#include "daemon/service/sandbox_registry.h"
 #include "daemon/service/bake.h"
 #include "daemon/service/recipes.h"
 #include "daemon/zygote.h"

@@ -1,0 +1,110 @@
+// A sandbox as hutchd keeps it: its config, its live supervisor, its state and activity, its
+// background processes and its event log. The registry (sandboxes.h) owns them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "daemon/exec.h"
+#include "daemon/json_codec.h"
+#include "runtime/base/error.h"
+#include "runtime/files/sandbox_fs.h"
+#include "runtime/live_sandbox.h"
+
+namespace hutch::daemon {
+
+// A bounded in-memory ring of a sandbox's events (GET /v1/sandboxes/{id}/logs).
+class EventLog {
+ public:
+  void add(nlohmann::json event);  // stamps "time"
+  std::vector<nlohmann::json> snapshot() const;
+
+ private:
+  static constexpr size_t kMaxEvents = 1000;
+  mutable std::mutex mutex_;
+  std::deque<nlohmann::json> events_;
+};
+
+enum class SandboxState { kRunning, kPaused };
+
+class Sandbox {
+ public:
+  Sandbox(std::string id, SandboxConfig config, std::chrono::system_clock::time_point created_at,
+          LiveSandbox live, std::string dir);
+
+  const std::string& id() const { return id_; }
+  const SandboxConfig& config() const { return config_; }
+  const LiveSandbox& live() const { return live_; }
+  const std::string& dir() const { return dir_; }
+  std::chrono::system_clock::time_point created_at() const { return created_at_; }
+  EventLog& log() { return log_; }
+
+  SandboxState state() const { return state_.load(); }
+  void set_state(SandboxState state) { state_.store(state); }
+
+  // Activity (any request naming the sandbox) holds the idle reaper off.
+  void touch() {
+    last_activity_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  std::chrono::steady_clock::duration idle_for() const;
+
+  // Counts a running buffered/streamed exec for the idle reaper while alive.
+  class ExecGuard {
+   public:
+    explicit ExecGuard(Sandbox& sandbox) : sandbox_(&sandbox) { ++sandbox.active_execs_; }
+    ExecGuard(const ExecGuard&) = delete;
+    ExecGuard& operator=(const ExecGuard&) = delete;
+    ~ExecGuard() {
+      sandbox_->touch();
+      --sandbox_->active_execs_;
+    }
+
+   private:
+    Sandbox* sandbox_;
+  };
+  int active_execs() const { return active_execs_.load(); }
+
+  // The files API on the sandbox root (opened once, cached); fails when the root cannot be
+  // opened (the sandbox is gone).
+  Result<files::SandboxFs> fs();
+  files::Owner owner() const;
+
+  void add_process(std::shared_ptr<BackgroundProcess> process);
+  // Takes over `from`'s background processes (a rollback's new sandbox reports the old one's).
+  void inherit_processes(Sandbox& from);
+  std::shared_ptr<BackgroundProcess> process(pid_t pid) const;
+  std::vector<std::shared_ptr<BackgroundProcess>> processes() const;
+  bool has_running_process() const;
+
+  // Serializes pause/resume/destroy of this sandbox.
+  std::mutex& lifecycle_mutex() { return lifecycle_; }
+
+  nlohmann::json to_json() const;  // the API's sandbox object
+  nlohmann::json record() const;   // sandbox.json
+
+ private:
+  std::string id_;
+  SandboxConfig config_;
+  std::chrono::system_clock::time_point created_at_;
+  LiveSandbox live_;
+  std::string dir_;
+  EventLog log_;
+  std::atomic<SandboxState> state_{SandboxState::kRunning};
+  std::atomic<int64_t> last_activity_;
+  std::atomic<int> active_execs_{0};
+  std::mutex lifecycle_;
+  mutable std::mutex mutex_;  // root_, processes_
+  UniqueFd root_;
+  std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
+};
+
+std::string state_name(SandboxState state);
+
+}  // namespace hutch::daemon

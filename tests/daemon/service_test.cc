@@ -1,0 +1,289 @@
+// The service layer in-process, without HTTP: the on-disk record, recovery of records that must
+// not be adopted, the error kinds -> codes -> statuses the routes answer, the reaper's policy, and
+// (as root, against a real zygote) the registry's one teardown sequence.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "daemon/errors.h"
+#include "daemon/metrics.h"
+#include "daemon/service/reaper.h"
+#include "daemon/service/sandbox_record.h"
+#include "daemon/service/sandbox_registry.h"
+#include "daemon/zygote.h"
+#include "runtime/base/proc_stat.h"
+#include "runtime/cgroup/plan.h"
+#include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/wait.h"
+
+namespace hutch::daemon {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+using namespace std::chrono_literals;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// A pid that no process has: a child, reaped.
+pid_t reaped_pid() {
+  pid_t pid = ::fork();
+  if (pid == 0) _exit(0);
+  ::waitpid(pid, nullptr, 0);
+  return pid;
+}
+
+// The kernel's view: no process `pid`, or only its zombie.
+bool process_dead(pid_t pid) {
+  auto state = read_proc_state(pid);
+  return !state || state->state == 'Z' || state->state == 'X';
+}
+
+TEST(SandboxRecordTest, WriteAtomicallyReplacesTheWholeRecordAndLeavesNoTempFile) {
+  TempDir dir;
+  ASSERT_TRUE(write_atomically(dir.path(), kRecord, "first, and longer\n"));
+  ASSERT_TRUE(write_atomically(dir.path(), kRecord, "second\n"));
+  EXPECT_EQ(read_file(dir.path() + "/" + kRecord), "second\n");
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename(), kRecord);
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(SandboxRecordTest, WriteAtomicallyNamesTheSyscallAndPathItFailedOn) {
+  TempDir dir;
+  auto written = write_atomically(dir.path() + "/missing", kRecord, "x");
+  ASSERT_FALSE(written);
+  EXPECT_EQ(written.error().kind, ErrorKind::kFailure);
+  EXPECT_NE(written.error().message().find("open"), std::string::npos) << written.error().message();
+  EXPECT_NE(written.error().message().find(dir.path() + "/missing/"), std::string::npos);
+}
+
+TEST(SandboxRecordTest, RefAndPooledRecordRoundTrip) {
+  LiveSandboxRef ref{4242, 123456789, 4243, "/s/sb-1/exec.sock", "/s/sb-1/supervisor.sock"};
+  LiveSandboxRef back = ref_from_json(ref_to_json(ref));
+  EXPECT_EQ(back.supervisor_pid, ref.supervisor_pid);
+  EXPECT_EQ(back.supervisor_start_time, ref.supervisor_start_time);
+  EXPECT_EQ(back.init_pid, ref.init_pid);
+  EXPECT_EQ(back.exec_socket, ref.exec_socket);
+  EXPECT_EQ(back.supervisor_socket, ref.supervisor_socket);
+
+  json pooled = json::parse(pooled_record("sb-1", ref));
+  EXPECT_EQ(pooled["state"], "pooled");
+  EXPECT_EQ(pooled["id"], "sb-1");
+  EXPECT_EQ(ref_from_json(pooled["ref"]).init_pid, 4243);
+  json creating = json::parse(creating_record("sb-2"));
+  EXPECT_EQ(creating["state"], "creating");
+  EXPECT_FALSE(creating.contains("ref"));
+  EXPECT_THROW(ref_from_json(json{{"supervisor_pid", "not a pid"}}), json::exception);
+}
+
+TEST(SandboxRecordTest, GarbageInterruptedAndDeadRecordsAreNotAdopted) {
+  TempDir state;
+  auto dir_with = [&](const std::string& id, const std::string& record) {
+    std::string dir = state.path() + "/" + id;
+    std::filesystem::create_directories(dir);
+    if (!record.empty()) write_file(dir + "/" + kRecord, record);
+    return dir;
+  };
+  EXPECT_FALSE(recover_record("sb-garbage", dir_with("sb-garbage", "{not json")));
+  EXPECT_FALSE(recover_record("sb-empty", dir_with("sb-empty", "")));
+  EXPECT_FALSE(recover_record("sb-creating", dir_with("sb-creating", creating_record("x"))));
+  json dead = json::parse(pooled_record("sb-dead", {reaped_pid(), 1, reaped_pid(), "/a", "/b"}));
+  dead["state"] = "running";
+  EXPECT_FALSE(recover_record("sb-dead", dir_with("sb-dead", dead.dump())));
+}
+
+// What a route answers for the registry's own errors: the code is the service's, the status the
+// kind's, mapped once (daemon/errors.cc).
+TEST(ServiceErrorTest, KindsBecomeCodesAndStatusesOnce) {
+  auto failure = service::from_runtime(plain_error("x", "y").error());
+  EXPECT_EQ(failure.code, "runtime_error");
+  EXPECT_EQ(api_error(failure).status, 500);
+
+  SandboxConfig config;
+  config.rootfs = "/nonexistent/rootfs";
+  auto checked = check_create_config(config);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().kind, ErrorKind::kInvalid);
+  EXPECT_EQ(checked.error().code, "bad_request");
+  EXPECT_EQ(api_error(checked.error()).status, 400);
+  EXPECT_EQ(checked.error().message, "rootfs /nonexistent/rootfs is not a directory");
+
+  config.rootfs = "host";
+  config.labels["big"] = std::string(64 * 1024, 'x');
+  checked = check_create_config(config);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().message, "env and labels together are limited to 64 KiB");
+  config.labels.clear();
+  EXPECT_TRUE(check_create_config(config));
+
+  EXPECT_EQ(http_status(ErrorKind::kNotFound), 404);
+  EXPECT_EQ(http_status(ErrorKind::kConflict), 409);
+  EXPECT_EQ(http_status(ErrorKind::kUnsupported), 501);
+  EXPECT_THROW(or_throw(service::ServiceResult<int>(
+                   service::service_error(ErrorKind::kConflict, "conflict", "busy"))),
+               ApiError);
+  EXPECT_EQ(or_throw(service::ServiceResult<int>(7)), 7);
+}
+
+TEST(ReaperPolicyTest, IdleTtlWaitsForExecsAndProcessesMaxLifetimeDoesNot) {
+  SandboxConfig config;
+  config.idle_ttl_seconds = 10;
+  config.max_lifetime_seconds = 100;
+  ReapFacts fresh{true, 1s, 1s, 0, false};
+  EXPECT_EQ(reap_reason(config, fresh), std::nullopt);
+
+  ReapFacts idle = fresh;
+  idle.idle_for = 10s;
+  EXPECT_EQ(reap_reason(config, idle), "idle for 10 s");
+  idle.active_execs = 1;
+  EXPECT_EQ(reap_reason(config, idle), std::nullopt);
+  idle.active_execs = 0;
+  idle.has_running_process = true;
+  EXPECT_EQ(reap_reason(config, idle), std::nullopt);
+
+  ReapFacts old = idle;  // busy, but past its lifetime
+  old.age = 100s;
+  EXPECT_EQ(reap_reason(config, old), "max lifetime reached");
+  old.alive = false;
+  EXPECT_EQ(reap_reason(config, old), "init exited");
+
+  config.idle_ttl_seconds = 0;  // no idle TTL
+  config.max_lifetime_seconds.reset();
+  ReapFacts forever{true, 1000h, 1000h, 0, false};
+  EXPECT_EQ(reap_reason(config, forever), std::nullopt);
+}
+
+// The registry against a real zygote (root: it creates sandboxes).
+class RegistryTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (geteuid() != 0) return;
+    // Before any registry thread: the zygote is forked from this process.
+    auto started = Zygote::start(HUTCHD_ZYGOTE_BINARY);
+    ASSERT_TRUE(started) << started.error().message();
+    zygote_ = new Zygote(std::move(*started));
+  }
+  static void TearDownTestSuite() {
+    delete zygote_;
+    zygote_ = nullptr;
+  }
+  void SetUp() override {
+    HUTCH_REQUIRE_ROOT();
+    ASSERT_NE(zygote_, nullptr);
+    registry_.emplace(state_.path(), std::string(kDefaultCgroupParent), *zygote_, metrics_);
+    registry_->recover();
+  }
+  void TearDown() override {
+    if (registry_) registry_->destroy_all();
+  }
+
+  std::shared_ptr<Sandbox> create() {
+    auto created = registry_->create(SandboxConfig{}, "test");
+    EXPECT_TRUE(created) << created.error().message;
+    return created ? *created : nullptr;
+  }
+
+  static Zygote* zygote_;
+  TempDir state_;
+  Metrics metrics_;
+  std::optional<SandboxRegistry> registry_;
+};
+
+Zygote* RegistryTest::zygote_ = nullptr;
+
+TEST_F(RegistryTest, UnknownIdsAreSandboxNotFound) {
+  auto got = registry_->get("sb-000000000000");
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().kind, ErrorKind::kNotFound);
+  EXPECT_EQ(got.error().code, "sandbox_not_found");
+  EXPECT_EQ(api_error(got.error()).status, 404);
+  auto destroyed = registry_->destroy("sb-000000000000", "test");
+  ASSERT_TRUE(destroyed);
+  EXPECT_FALSE(*destroyed);
+}
+
+// recover() removes what it cannot adopt, and counts it.
+TEST_F(RegistryTest, RecoveryRemovesAGarbageRecord) {
+  const std::string dir = registry_->sandboxes_dir() + "/sb-0123456789ab";
+  std::filesystem::create_directories(dir);
+  write_file(dir + "/" + kRecord, "\x01\x02 not a record");
+  SandboxRegistry again(state_.path(), std::string(kDefaultCgroupParent), *zygote_, metrics_);
+  RecoveryReport report = again.recover();
+  EXPECT_EQ(report.adopted, 0);
+  EXPECT_EQ(report.removed, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+// The one teardown: when the on-destroyed hook runs, the sandbox's processes are dead, it is out
+// of the registry, and its dir is gone.
+TEST_F(RegistryTest, TeardownKillsThenUnregistersThenRemovesTheDirThenTellsTheHook) {
+  auto sandbox = create();
+  ASSERT_NE(sandbox, nullptr);
+  const std::string id = sandbox->id();
+  const std::string dir = sandbox->dir();
+  const pid_t init = sandbox->live().ref().init_pid;
+  ASSERT_FALSE(process_dead(init));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/" + kRecord));
+  struct Seen {
+    std::string id;
+    bool init_dead = false, registered = true, dir_exists = true;
+  } seen;
+  registry_->set_on_destroyed([&](const std::string& destroyed) {
+    seen = {destroyed, process_dead(init), registry_->find(destroyed) != nullptr,
+            std::filesystem::exists(dir)};
+  });
+  auto destroyed = registry_->destroy(id, "test");
+  ASSERT_TRUE(destroyed) << destroyed.error().message;
+  EXPECT_TRUE(*destroyed);
+  EXPECT_EQ(seen.id, id);
+  EXPECT_TRUE(seen.init_dead);
+  EXPECT_FALSE(seen.registered);
+  EXPECT_FALSE(seen.dir_exists);
+  EXPECT_EQ(registry_->find(id), nullptr);
+}
+
+// destroy_soon (DELETE) returns once init, and with it every process of its pid namespace, has
+// exited; the rest of the teardown follows in the background, through the same hook.
+TEST_F(RegistryTest, DestroySoonReturnsOnceInitIsDead) {
+  auto sandbox = create();
+  ASSERT_NE(sandbox, nullptr);
+  const pid_t init = sandbox->live().ref().init_pid;
+  std::atomic<bool> told{false};
+  registry_->set_on_destroyed([&](const std::string&) { told = true; });
+  auto destroyed = registry_->destroy_soon(sandbox->id(), "test");
+  ASSERT_TRUE(destroyed) << destroyed.error().message;
+  EXPECT_TRUE(*destroyed);
+  EXPECT_TRUE(process_dead(init)) << "init " << init << " still runs after destroy_soon";
+  EXPECT_EQ(registry_->find(sandbox->id()), nullptr);
+  EXPECT_TRUE(testing::wait_until([&] { return told.load(); }, 5s, "the background teardown"));
+  EXPECT_FALSE(std::filesystem::exists(sandbox->dir()));
+}
+
+TEST_F(RegistryTest, PauseAndResumePersistTheState) {
+  auto sandbox = create();
+  ASSERT_NE(sandbox, nullptr);
+  ASSERT_TRUE(registry_->pause(*sandbox));
+  EXPECT_EQ(json::parse(read_file(sandbox->dir() + "/" + kRecord))["state"], "paused");
+  ASSERT_TRUE(registry_->resume(*sandbox));
+  EXPECT_EQ(json::parse(read_file(sandbox->dir() + "/" + kRecord))["state"], "running");
+}
+
+}  // namespace
+}  // namespace hutch::daemon
