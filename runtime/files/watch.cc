@@ -84,9 +84,10 @@ FsResult<std::unique_ptr<Watcher>> Watcher::open(int root_fd, std::string_view p
   std::unique_ptr<Watcher> watcher(
       new Watcher(root_fd, parsed.path, std::move(options), std::move(inotify)));
   const auto too_many = [&] {
-    return detail::fail(Errc::kTooLarge, "watch(" + parsed.path + "): more directories than the " +
+    return detail::fail(Errc::kTooLarge, "watch(" + parsed.path +
+                                             "): more directories than the watch budget (" +
                                              std::to_string(watcher->options_.max_watches) +
-                                             " watches this watch may use");
+                                             " per watch, or the sandbox's shared budget) allows");
   };
   if (HUTCH_TRY(watcher->watch_open_dir(dir.get(), parsed.path)) != Added::kAdded) {
     return too_many();
@@ -112,23 +113,26 @@ void Watcher::forget(int wd) {
 }
 
 FsResult<Watcher::Added> Watcher::watch_open_dir(int dir_fd, const std::string& path) {
-  if (!charge()) return Added::kBudget;
   // Through the fd's magic link, not `path`: the inode watched is the one openat2 confined.
   const std::string link = "/proc/self/fd/" + std::to_string(dir_fd);
   const int wd = inotify_add_watch(inotify_.get(), link.c_str(), kWatchMask);
   if (wd < 0) {
-    const int err = errno;
-    refund();
     // ENOSPC: the host's max_user_watches, shared by every sandbox, is exhausted.
-    if (err == ENOSPC) return Added::kBudget;
-    return detail::sys_fail("inotify_add_watch", path, err);
+    if (errno == ENOSPC) return Added::kBudget;
+    return detail::sys_fail("inotify_add_watch", path);
   }
   // inotify returned a watch this watcher has already: a rescan met it again (kKnown), or the same
   // inode was reached by a second path (a bind mount inside the tree), which keeps its first path.
-  if (const auto [known, added] = dirs_.emplace(wd, path); !added) {
-    refund();
+  // Charged only once known to be new, so that a rescan with the budget used up is no failure.
+  if (const auto known = dirs_.find(wd); known != dirs_.end()) {
     return known->second == path ? Added::kKnown : Added::kSkipped;
   }
+  if (!charge()) {
+    // Its IN_IGNORED finds no watch of that number and is skipped.
+    inotify_rm_watch(inotify_.get(), wd);
+    return Added::kBudget;
+  }
+  dirs_.emplace(wd, path);
   return Added::kAdded;
 }
 
