@@ -5,8 +5,8 @@
 // refused. The watch is then added through /proc/self/fd/N of the resolved fd, never through a
 // path string, so a symlink swapped in after the resolution cannot make it watch a host directory.
 // inotify is per inode, so writes made by the sandbox's processes through its overlayfs mount are
-// seen by a watch on that same mount (Linux 6.1 and later; fanotify filesystem marks are not an
-// option on overlayfs).
+// seen by a watch on that same mount (Linux 6.1, the oldest kernel hutch supports, included;
+// fanotify filesystem marks are not an option on overlayfs).
 //
 // Recursive mode watches every directory below the watched one, and adds a watch for every
 // directory created or moved in later. A file created in a new directory before its watch was
@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
