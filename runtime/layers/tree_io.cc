@@ -140,9 +140,8 @@ Result<void> remove_tree(int parent_fd, const std::string& name) {
       if (errno == ENOENT) return {};
       return sys_error("openat", name);
     }
-    auto names = read_dir_names(dir.get());
-    if (!names) return std::unexpected(names.error());
-    for (const std::string& child : *names) {
+    auto names = HUTCH_TRY(read_dir_names(dir.get()));
+    for (const std::string& child : names) {
       auto removed = remove_tree(dir.get(), child);
       if (!removed) {
         removed.error().detail = name + "/" + removed.error().detail;

@@ -15,6 +15,9 @@ struct SyncMessage {
     kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
     kServing,        // init -> parent: a live sandbox's init accepts exec requests
+    // workload -> parent: execve of argv failed (error, step "execve"): the workload's start
+    // failed (exit 126/127), not the runtime (youki's ExecFailed)
+    kExecFailed,
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;
