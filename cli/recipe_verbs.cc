@@ -18,17 +18,15 @@ namespace {
 Result<void> apply_recipe_json(RecipeOptions& recipe) {
   const std::string path = recipe.dir + "/recipe.json";
   if (access(path.c_str(), F_OK) != 0) return {};
-  auto text = read_file(path);
-  if (!text) return std::unexpected(text.error());
-  auto parsed = parse_recipe_json(*text);
-  if (!parsed) return std::unexpected(parsed.error());
-  if (recipe.base.empty() && parsed->base) recipe.base = *parsed->base;
-  parsed->env.insert(parsed->env.end(), recipe.env.begin(), recipe.env.end());
-  recipe.env = std::move(parsed->env);
-  if (recipe.sandbox.timeout.empty() && parsed->timeout) recipe.sandbox.timeout = *parsed->timeout;
-  if (recipe.sandbox.memory.empty() && parsed->memory) recipe.sandbox.memory = *parsed->memory;
-  if (!recipe.sandbox.pids) recipe.sandbox.pids = parsed->pids;
-  if (!recipe.sandbox.cpus) recipe.sandbox.cpus = parsed->cpus;
+  auto text = HUTCH_TRY(read_file(path));
+  auto parsed = HUTCH_TRY(parse_recipe_json(text));
+  if (recipe.base.empty() && parsed.base) recipe.base = *parsed.base;
+  parsed.env.insert(parsed.env.end(), recipe.env.begin(), recipe.env.end());
+  recipe.env = std::move(parsed.env);
+  if (recipe.sandbox.timeout.empty() && parsed.timeout) recipe.sandbox.timeout = *parsed.timeout;
+  if (recipe.sandbox.memory.empty() && parsed.memory) recipe.sandbox.memory = *parsed.memory;
+  if (!recipe.sandbox.pids) recipe.sandbox.pids = parsed.pids;
+  if (!recipe.sandbox.cpus) recipe.sandbox.cpus = parsed.cpus;
   return {};
 }
 

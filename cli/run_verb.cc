@@ -63,26 +63,22 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   spec.layers = options.layers;
   if (options.rootfs.starts_with("recipe:") || options.rootfs.starts_with("image:")) {
     // Only recipes need the layer store: a plain run never opens the state dir.
-    auto store = layers::LayerStore::open(state_dir);
-    if (!store) return std::unexpected(store.error());
-    auto rootfs = recipes::resolve_rootfs(*store, options.rootfs);
-    if (!rootfs) return std::unexpected(rootfs.error());
-    spec.layers.insert(spec.layers.end(), rootfs->layers.begin(), rootfs->layers.end());
-    spec.lower_dirs = rootfs->lower_dirs;
+    auto store = HUTCH_TRY(layers::LayerStore::open(state_dir));
+    auto rootfs = HUTCH_TRY(recipes::resolve_rootfs(store, options.rootfs));
+    spec.layers.insert(spec.layers.end(), rootfs.layers.begin(), rootfs.layers.end());
+    spec.lower_dirs = rootfs.lower_dirs;
   } else if (options.rootfs != "host") {
     spec.lower_dirs = {options.rootfs};
   }
   spec.upper_dir = options.upper_dir;
   if (!options.timeout.empty()) {
-    auto timeout = parse_duration(options.timeout);
-    if (!timeout) return std::unexpected(timeout.error());
-    spec.timeout = *timeout;
+    auto timeout = HUTCH_TRY(parse_duration(options.timeout));
+    spec.timeout = timeout;
   }
   std::vector<std::string> env;
   for (const std::string& kv : options.env) {
-    auto parsed = parse_env(kv);
-    if (!parsed) return std::unexpected(parsed.error());
-    env.push_back(*parsed);
+    auto parsed = HUTCH_TRY(parse_env(kv));
+    env.push_back(parsed);
   }
   spec.env = sandbox_environment(options.uid, env);
   spec.workdir = options.workdir;
@@ -90,20 +86,17 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   spec.hostname = options.hostname;
   spec.net = options.net == "none" ? NetMode::kNone : NetMode::kLoopback;
   for (const std::string& text : options.binds) {
-    auto bind = parse_bind(text);
-    if (!bind) return std::unexpected(bind.error());
-    spec.binds.push_back(*bind);
+    auto bind = HUTCH_TRY(parse_bind(text));
+    spec.binds.push_back(bind);
   }
   spec.uid = options.uid;
   spec.gid = options.gid;
   spec.ids = {options.id_base, options.id_count};
-  auto disk = parse_size(options.disk);
-  if (!disk) return std::unexpected(disk.error());
-  spec.disk_bytes = *disk;
+  auto disk = HUTCH_TRY(parse_size(options.disk));
+  spec.disk_bytes = disk;
   if (!options.memory.empty()) {
-    auto memory = parse_size(options.memory);
-    if (!memory) return std::unexpected(memory.error());
-    spec.limits.memory_bytes = *memory;
+    auto memory = HUTCH_TRY(parse_size(options.memory));
+    spec.limits.memory_bytes = memory;
   }
   spec.limits.pids = options.pids;
   spec.limits.cpus = options.cpus;
@@ -120,13 +113,10 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
     spec.seccomp = default_seccomp_program();
     return spec;
   }
-  auto text = read_file(options.seccomp_profile);
-  if (!text) return std::unexpected(text.error());
-  auto policy = parse_seccomp_profile(*text);
-  if (!policy) return std::unexpected(policy.error());
-  auto program = compile_seccomp(*policy);
-  if (!program) return std::unexpected(program.error());
-  spec.seccomp = std::move(*program);
+  auto text = HUTCH_TRY(read_file(options.seccomp_profile));
+  auto policy = HUTCH_TRY(parse_seccomp_profile(text));
+  auto program = HUTCH_TRY(compile_seccomp(policy));
+  spec.seccomp = std::move(program);
   return spec;
 }
 

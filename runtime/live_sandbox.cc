@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "runtime/launch.h"
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 #include "runtime/process/exec_protocol.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/base/proc_stat.h"
@@ -202,7 +202,7 @@ std::string snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, const s
   const auto freezing = std::chrono::steady_clock::now();
   if (auto r = frozen.freeze(); !r) return "error " + r.error().message();
   syncfs(upper_fd);
-  auto copied = layers::copy_tree(upper_fd, parent.get(), path.filename());
+  auto copied = copy_tree(upper_fd, parent.get(), path.filename());
   auto thawed = frozen.thaw();
   const auto frozen_us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::steady_clock::now() - freezing)

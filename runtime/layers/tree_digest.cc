@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
 
 namespace hutch::layers {

@@ -286,7 +286,7 @@ bool confine(const ChildPlan& plan, ChildError* error) {
     case ChildPlan::Mode::kLive:
       serve_execs(plan);
   }
-  _exit(125);
+  _exit(125);  // a value outside Mode: the enum's storage can hold one
 }
 
 }  // namespace hutch

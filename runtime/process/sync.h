@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "runtime/base/child_error.h"
+#include "runtime/base/passed_fds.h"
 
 namespace hutch {
 
@@ -26,8 +27,6 @@ struct SyncMessage {
   int32_t term_signal;
   ChildError error;
 };
-
-constexpr int kMaxPassedFds = 8;
 
 // One message of `size` bytes with `fd_count` fds (SCM_RIGHTS) on a SOCK_SEQPACKET socket;
 // retried on EINTR. Returns 0 or errno. Async-signal-safe.

@@ -1,4 +1,4 @@
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
 
-namespace hutch::layers {
+namespace hutch {
 namespace {
 
 constexpr size_t kBufferSize = 1 << 20;
@@ -279,4 +279,4 @@ Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string
   return copier.stats();
 }
 
-}  // namespace hutch::layers
+}  // namespace hutch

@@ -1,4 +1,4 @@
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/base/unique_fd.h"
 
-namespace hutch::layers {
+namespace hutch {
 namespace {
 
 // "/proc/self/fd/<dir_fd>/<name>", or ".../." for the directory itself: an l*xattr call on the
@@ -189,4 +189,4 @@ Result<std::string> read_small_file(int dir_fd, const std::string& name) {
   return text;
 }
 
-}  // namespace hutch::layers
+}  // namespace hutch
