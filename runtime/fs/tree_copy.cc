@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_io.h"
 
 namespace hutch {
 namespace {

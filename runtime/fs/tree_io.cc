@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/fs/overlay_xattr.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/overlay_xattr.h"
 
 namespace hutch {
 namespace {

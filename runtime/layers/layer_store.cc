@@ -13,13 +13,13 @@
 #include <map>
 #include <set>
 
+#include "runtime/base/proc_stat.h"
 #include "runtime/fs/erofs.h"
+#include "runtime/fs/tree_copy.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/fs/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/fs/tree_io.h"
-#include "runtime/base/proc_stat.h"
 
 namespace hutch::layers {
 namespace {

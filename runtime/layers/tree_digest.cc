@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/layers/sha256.h"
-#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_io.h"
+#include "runtime/layers/sha256.h"
 
 namespace hutch::layers {
 namespace {
