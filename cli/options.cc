@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "runtime/defaults.h"
 #include "runtime/fs/paths.h"
 
 namespace hutch::cli {
@@ -77,34 +78,8 @@ Result<BindMount> parse_bind(std::string_view text) {
 }
 
 Result<std::string> parse_env(std::string_view text) {
-  size_t eq = text.find('=');
-  std::string_view key = text.substr(0, eq);
-  bool valid = eq != std::string_view::npos && !key.empty() &&
-               (std::isalpha(static_cast<unsigned char>(key[0])) || key[0] == '_') &&
-               text.find('\0') == std::string_view::npos;
-  for (char c : key) valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
-  if (!valid)
-    return plain_error(
-        "env", "\"" + std::string(text) + "\" is not KEY=VALUE with KEY of [A-Za-z_][A-Za-z0-9_]*");
+  HUTCH_TRY(check_env_entry(text));
   return std::string(text);
-}
-
-std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides,
-                                             uint32_t uid) {
-  std::vector<std::string> env = {
-      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      uid == 0 ? "HOME=/root" : "HOME=/home/user",
-      "TERM=xterm",
-      "LANG=C.UTF-8",
-  };
-  for (const std::string& kv : overrides) {
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) continue;  // not K=V: parse_env refuses it earlier
-    std::string_view key = std::string_view(kv).substr(0, eq + 1);
-    std::erase_if(env, [&](const std::string& existing) { return existing.starts_with(key); });
-    env.push_back(kv);
-  }
-  return env;
 }
 
 }  // namespace hutch::cli

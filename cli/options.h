@@ -22,12 +22,8 @@ Result<uint64_t> parse_size(std::string_view text);
 // "SRC:DST" or "SRC:DST:ro" / "SRC:DST:rw"; read-only unless "rw".
 Result<BindMount> parse_bind(std::string_view text);
 
-// "K=V" with a POSIX-ish name ([A-Za-z_][A-Za-z0-9_]*) and no NUL.
+// "K=V" by the spec policy's rule (runtime/defaults.h check_env_entry: a POSIX-ish name
+// [A-Za-z_][A-Za-z0-9_]*, no NUL), which prepare() applies again to every spec.
 Result<std::string> parse_env(std::string_view text);
-
-// The default environment plus `overrides` (later wins; entries that are not K=V are ignored:
-// validate them with parse_env first); never the host's environment.
-std::vector<std::string> sandbox_environment(const std::vector<std::string>& overrides,
-                                             uint32_t uid);
 
 }  // namespace hutch::cli

@@ -10,13 +10,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <string_view>
+#include <utility>
 
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/stale.h"
+#include "runtime/defaults.h"
 #include "runtime/features.h"
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
@@ -34,22 +38,44 @@ namespace {
 constexpr uint64_t kNamespaces =
     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
 
-Result<std::string> canonical_dir(const std::string& path, const char* what) {
+// The absolute path of an existing file or directory, without symlinks, "." or "..".
+Result<std::string> canonical_path(const std::string& path, std::string_view what) {
   char resolved[PATH_MAX];
   if (realpath(path.c_str(), resolved) == nullptr)
     return sys_error("realpath", std::string(what) + " " + path);
-  struct stat st;
-  if (stat(resolved, &st) != 0) return sys_error("stat", resolved);
-  if (std::strcmp(what, "rootfs") == 0 && !S_ISDIR(st.st_mode)) {
-    return plain_error("rootfs", std::string(resolved) + " is not a directory");
-  }
   return std::string(resolved);
+}
+
+// canonical_path of what must be a directory; `what` names it in the error.
+Result<std::string> canonical_directory(const std::string& path, std::string_view what) {
+  std::string resolved = HUTCH_TRY(canonical_path(path, what));
+  struct stat st;
+  if (stat(resolved.c_str(), &st) != 0) return sys_error("stat", resolved);
+  if (!S_ISDIR(st.st_mode)) return plain_error(what, resolved + " is not a directory");
+  return resolved;
+}
+
+// "CLONE_NEWUSER|CLONE_NEWNS|...": the clone3 flags named in its error.
+std::string clone_flag_names(uint64_t flags) {
+  constexpr std::pair<uint64_t, std::string_view> kNames[] = {
+      {CLONE_NEWUSER, "CLONE_NEWUSER"}, {CLONE_NEWNS, "CLONE_NEWNS"},
+      {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
+      {CLONE_NEWUTS, "CLONE_NEWUTS"},   {CLONE_NEWIPC, "CLONE_NEWIPC"},
+      {CLONE_PIDFD, "CLONE_PIDFD"},     {CLONE_INTO_CGROUP, "CLONE_INTO_CGROUP"},
+  };
+  std::string names;
+  for (const auto& [flag, name] : kNames) {
+    if (!(flags & flag)) continue;
+    if (!names.empty()) names += "|";
+    names += name;
+  }
+  return names;
 }
 
 // Parent side of the handshake, part one: the id maps, so the child can go on as root of its
 // namespace.
 Result<void> write_maps(const Prepared& prepared, pid_t pid, int sync_fd) {
-  if (auto r = write_id_maps(pid, prepared.spec.ids); !r) return r;
+  HUTCH_TRY(write_id_maps(pid, prepared.spec.ids));
   SyncMessage ready{};
   ready.kind = SyncMessage::Kind::kMapsReady;
   ready.from = SyncMessage::From::kParent;
@@ -77,45 +103,41 @@ Result<void> prepare_upper_dir(const SandboxSpec& spec) {
 // root's files appear as the sandbox root's).
 Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
                        Launched& launched) {
-  auto userns = open_userns(pid);
-  if (!userns) return std::unexpected(userns.error());
+  auto userns = HUTCH_TRY(open_userns(pid));
   std::vector<UniqueFd> trees;
   for (const std::string& layer : prepared.layers) {
-    auto tree = layer.ends_with(".erofs")
-                    ? open_erofs_tree(layer)
-                    : open_idmapped_tree(layer, userns->get(), prepared.spec.ids.host_base);
-    if (!tree) return std::unexpected(tree.error());
-    trees.push_back(std::move(*tree));
+    auto tree =
+        HUTCH_TRY(layer.ends_with(".erofs")
+                      ? open_erofs_tree(layer)
+                      : open_idmapped_tree(layer, userns.get(), prepared.spec.ids.host_base));
+    trees.push_back(std::move(tree));
   }
   if (prepared.prebuilt_skeleton) {
     trees.push_back(std::move(prepared.prebuilt_skeleton));
   } else if (skeleton.valid()) {
-    auto built = skeleton.get();
-    if (!built) return std::unexpected(built.error());
-    trees.push_back(std::move(*built));
+    auto built = HUTCH_TRY(skeleton.get());
+    trees.push_back(std::move(built));
   }
   for (const std::string& lower : prepared.lowers) {
-    auto tree = open_idmapped_tree(lower, userns->get(), prepared.spec.ids.host_base);
-    if (!tree) return std::unexpected(tree.error());
-    trees.push_back(std::move(*tree));
+    auto tree = HUTCH_TRY(open_idmapped_tree(lower, userns.get(), prepared.spec.ids.host_base));
+    trees.push_back(std::move(tree));
   }
-  auto upper_fs = prepared.spec.upper_dir.empty()
-                      ? make_upper_tmpfs(prepared.spec.disk_bytes, prepared.spec.ids.host_base)
-                      : open_writable_tree(prepared.spec.upper_dir);
-  if (!upper_fs) return std::unexpected(upper_fs.error());
+  auto upper_fs =
+      HUTCH_TRY(prepared.spec.upper_dir.empty()
+                    ? make_upper_tmpfs(prepared.spec.disk_bytes, prepared.spec.ids.host_base)
+                    : open_writable_tree(prepared.spec.upper_dir));
   // Opened before the overlay helper attaches the tree (and its namespace takes the attachment
   // away): a live sandbox's supervisor snapshots the upper dir through this fd.
-  launched.upper.reset(openat(upper_fs->get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  launched.upper.reset(openat(upper_fs.get(), "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!launched.upper) return sys_error("openat", "upper (the sandbox's upper layer)");
   std::vector<int> fds;
   for (const UniqueFd& tree : trees) fds.push_back(tree.get());
-  auto overlay = mount_overlay(fds, upper_fs->get());
-  if (!overlay) return std::unexpected(overlay.error());
-  launched.overlay_helper = std::move(overlay->helper);
+  auto overlay = HUTCH_TRY(mount_overlay(fds, upper_fs.get()));
+  launched.overlay_helper = std::move(overlay.helper);
   SyncMessage root{};
   root.kind = SyncMessage::Kind::kRoot;
   root.from = SyncMessage::From::kParent;
-  const int overlay_fd = overlay->mount.get();
+  const int overlay_fd = overlay.mount.get();
   if (int err = send_sync(launched.sync.get(), root, &overlay_fd, 1))
     return sys_error("sendmsg", "the root overlay to the sandbox child", err);
   return {};
@@ -125,21 +147,18 @@ Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skelet
 // Leftovers of crashed runs are removed first (unless the caller sweeps on its own schedule), so
 // they cannot pile up.
 Result<SandboxCgroup> create_sandbox_cgroup(const SandboxSpec& spec) {
-  auto layout = read_cgroup_layout();
-  if (!layout) return std::unexpected(layout.error());
-  auto ram = host_ram_bytes();
-  if (!ram) return std::unexpected(ram.error());
-  auto plan = plan_cgroups(*layout, with_defaults(spec.limits, default_cgroup_limits(*ram)));
-  if (!plan) return std::unexpected(plan.error());
-  plan->parent = spec.cgroup_parent;
+  auto layout = HUTCH_TRY(read_cgroup_layout());
+  auto ram = HUTCH_TRY(host_ram_bytes());
+  auto plan =
+      HUTCH_TRY(plan_cgroups(layout, with_defaults(spec.limits, default_cgroup_limits(ram))));
+  plan.parent = spec.cgroup_parent;
   if (spec.sweep_stale_cgroups) {
-    auto stale = remove_stale_cgroups(*layout, cgroup_owner_alive, spec.cgroup_parent);
-    if (!stale) return std::unexpected(stale.error());
+    HUTCH_TRY(remove_stale_cgroups(layout, cgroup_owner_alive, spec.cgroup_parent));
   }
-  static uint64_t sequence = 0;
-  auto id = make_sandbox_cgroup_id(sequence++);
-  if (!id) return std::unexpected(id.error());
-  return SandboxCgroup::create(*plan, *id);
+  // Atomic: hutchd's worker threads create sandboxes concurrently.
+  static std::atomic<uint64_t> sequence = 0;
+  auto id = HUTCH_TRY(make_sandbox_cgroup_id(sequence.fetch_add(1, std::memory_order_relaxed)));
+  return SandboxCgroup::create(plan, id);
 }
 
 }  // namespace
@@ -185,56 +204,45 @@ Result<void> check_kernel() {
 }  // namespace
 
 Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command) {
-  if (auto r = check_kernel(); !r) return r;
+  HUTCH_TRY(check_kernel());
   out.spec = input;
   SandboxSpec& spec = out.spec;
+  // Everything is validated before the first host change (prepare_upper_dir, at the end): a
+  // refused spec leaves the host as it was.
   if (needs_command && (spec.argv.empty() || spec.argv[0].empty()))
     return plain_error("run", "no command given");
-  if (auto r = validate_id_map(spec.ids); !r) return r;
+  HUTCH_TRY(validate_id_map(spec.ids));
   if (spec.uid >= spec.ids.count || spec.gid >= spec.ids.count) {
     return plain_error("id map", "uid/gid " + std::to_string(spec.uid) + "/" +
                                      std::to_string(spec.gid) + " is outside the mapped range 0.." +
                                      std::to_string(spec.ids.count - 1));
   }
+  HUTCH_TRY(check_hostname(spec.hostname));
+  for (const std::string& entry : spec.env) HUTCH_TRY(check_env_entry(entry));
   out.host_rootfs = spec.lower_dirs.empty();
   if (out.host_rootfs && !out.prebuilt_skeleton) {
     // Planned before clone3: afterwards every page the parent writes is a copy-on-write fault.
-    auto entries = plan_this_host_skeleton();
-    if (!entries) return std::unexpected(entries.error());
-    out.skeleton = std::move(*entries);
+    out.skeleton = HUTCH_TRY(plan_this_host_skeleton());
   }
   if (out.host_rootfs) {
     out.lowers = {"/"};
   } else {
-    for (const std::string& dir : spec.lower_dirs) {
-      auto canonical = canonical_dir(dir, "rootfs");
-      if (!canonical) return std::unexpected(canonical.error());
-      out.lowers.push_back(*canonical);
-    }
+    for (const std::string& dir : spec.lower_dirs)
+      out.lowers.push_back(HUTCH_TRY(canonical_directory(dir, "rootfs")));
   }
   for (const std::string& layer : spec.layers) {
-    auto canonical = canonical_dir(layer, layer.ends_with(".erofs") ? "layer image" : "layer");
-    if (!canonical) return std::unexpected(canonical.error());
-    out.layers.push_back(*canonical);
+    out.layers.push_back(
+        HUTCH_TRY(canonical_path(layer, layer.ends_with(".erofs") ? "layer image" : "layer")));
   }
   const size_t lower_count = out.layers.size() + out.lowers.size() + (out.host_rootfs ? 1 : 0);
   if (lower_count > kMaxPassedFds)
     return plain_error("rootfs", "too many lower layers (" + std::to_string(lower_count) +
                                      "; at most " + std::to_string(kMaxPassedFds) + ")");
-  if (!spec.upper_dir.empty()) {
-    auto canonical = canonical_dir(spec.upper_dir, "upper dir");
-    if (!canonical) return std::unexpected(canonical.error());
-    spec.upper_dir = *canonical;
-    if (auto r = prepare_upper_dir(spec); !r) return r;
-  }
-  for (BindMount& bind : spec.binds) {
-    auto canonical = canonical_dir(bind.source, "bind source");
-    if (!canonical) return std::unexpected(canonical.error());
-    bind.source = *canonical;
-  }
-  auto mounts = build_mount_plan(spec);
-  if (!mounts) return std::unexpected(mounts.error());
-  out.mounts = std::move(*mounts);
+  if (!spec.upper_dir.empty())
+    spec.upper_dir = HUTCH_TRY(canonical_directory(spec.upper_dir, "upper dir"));
+  for (BindMount& bind : spec.binds)
+    bind.source = HUTCH_TRY(canonical_path(bind.source, "bind source"));
+  out.mounts = HUTCH_TRY(build_mount_plan(spec));
 
   std::string_view path_var = kDefaultSearchPath;
   for (const std::string& kv : spec.env) {
@@ -243,6 +251,9 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   out.path_dirs = split_search_path(path_var);
 
   ChildPlan& child = out.child;
+  // The parent's choice, so that the child's path has no decision of its own: a live sandbox
+  // (no command) serves execs.
+  child.mode = needs_command ? ChildPlan::Mode::kOneShot : ChildPlan::Mode::kLive;
   child.mounts = &out.mounts;
   child.seccomp = &spec.seccomp;
   child.hostname = spec.hostname.c_str();
@@ -260,10 +271,13 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   child.envp.push_back(nullptr);
   for (const std::string& dir : out.path_dirs) child.path_dirs.push_back(dir.c_str());
   child.path_dirs.push_back(nullptr);
+  if (!spec.upper_dir.empty()) HUTCH_TRY(prepare_upper_dir(spec));
   return {};
 }
 
 Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
+  if ((prepared.child.mode == ChildPlan::Mode::kLive) != (prepared.child.exec_listen_fd >= 0))
+    return plain_error("launch", "a live sandbox needs an exec listener, and only a live one");
   Launched launched;
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -287,16 +301,14 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   // The sandbox's cgroups exist, limits written, before its first process: clone3 places the
   // child straight into the cgroup2 dir, and v1 hierarchies get it before it may run.
   if (prepared.spec.cgroup) {
-    auto created = create_sandbox_cgroup(prepared.spec);
-    if (!created) return std::unexpected(created.error());
-    launched.cgroup.emplace(std::move(*created));
+    auto created = HUTCH_TRY(create_sandbox_cgroup(prepared.spec));
+    launched.cgroup.emplace(std::move(created));
   }
 
   std::vector<UniqueFd> v1_task_files;
   if (launched.cgroup) {
-    auto opened = launched.cgroup->open_v1_task_files();
-    if (!opened) return std::unexpected(opened.error());
-    v1_task_files = std::move(*opened);
+    auto opened = HUTCH_TRY(launched.cgroup->open_v1_task_files());
+    v1_task_files = std::move(opened);
     prepared.child.v1_task_fds.clear();
     for (const UniqueFd& fd : v1_task_files) prepared.child.v1_task_fds.push_back(fd.get());
   }
@@ -318,7 +330,7 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
   long pid = syscall(SYS_clone3, &args, sizeof args);
-  if (pid < 0) return sys_error("clone3", "CLONE_NEWUSER|NEWNS|NEWPID|NEWNET|NEWUTS|NEWIPC");
+  if (pid < 0) return sys_error("clone3", clone_flag_names(args.flags));
   if (pid == 0) {
     launched.sync.reset();
     run_sandbox_child(prepared.child);
@@ -328,9 +340,8 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   child_end.reset();
   v1_task_files.clear();  // the child has its own copies and joins its v1 cgroups through them
 
-  if (auto r = write_maps(prepared, init, launched.sync.get()); !r)
-    return std::unexpected(r.error());
-  if (auto r = send_root(prepared, skeleton, init, launched); !r) return std::unexpected(r.error());
+  HUTCH_TRY(write_maps(prepared, init, launched.sync.get()));
+  HUTCH_TRY(send_root(prepared, skeleton, init, launched));
 
   return launched;
 }

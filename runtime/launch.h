@@ -22,7 +22,15 @@
 
 namespace hutch {
 
+// Neither copyable nor movable: `child` points into `spec` and `mounts` (hostname, workdir, argv,
+// envp, the mount plan, the seccomp program), so a moved Prepared would leave it pointing into the
+// old object (std::string's short-string buffer moves by copying its characters). Hence prepare()
+// fills one in place instead of returning it.
 struct Prepared {
+  Prepared() = default;
+  Prepared(Prepared&&) = delete;
+  Prepared& operator=(Prepared&&) = delete;
+
   SandboxSpec spec;  // with canonical paths
   bool host_rootfs = false;
   std::vector<SkeletonEntry> skeleton;  // the host rootfs's skeleton layer, topmost
@@ -39,8 +47,11 @@ struct Prepared {
   std::vector<std::string> path_dirs;
 };
 
-// Validates `input` and computes everything the child will need. A live sandbox has no command
-// of its own: `needs_command` false lets argv be empty.
+// Validates `input` (ids, hostname and env entries by runtime/defaults.h's rules, paths, the
+// mount plan) and computes everything the child will need. Nothing on the host changes unless
+// every check passed: only then is the upper dir (if any) given to the sandbox's root. A live
+// sandbox has no command of its own: `needs_command` false lets argv be empty, and its init serves
+// execs (ChildPlan::Mode::kLive).
 Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command);
 
 // The sandbox's init, seen from its parent. Until reaped, destruction kills it, and with it

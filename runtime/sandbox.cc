@@ -13,13 +13,12 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstring>
 #include <ctime>
 
+#include "runtime/base/unique_fd.h"
 #include "runtime/launch.h"
 #include "runtime/process/pidfd.h"
 #include "runtime/process/sync.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 namespace {
@@ -65,14 +64,13 @@ Error error_from_child(const ChildError& error) {
 Result<RunResult> run_sandbox(const SandboxSpec& input) {
   const int64_t started = now_us();
   Prepared prepared;
-  if (auto r = prepare(input, prepared, true); !r) return std::unexpected(r.error());
+  HUTCH_TRY(prepare(input, prepared, true));
   ForwardedSignals signals;
   if (signals.fd() < 0) return sys_error("signalfd", "SIGINT SIGTERM SIGHUP SIGQUIT");
-  auto launched = launch_sandbox(prepared, true);
-  if (!launched) return std::unexpected(launched.error());
-  std::optional<SandboxCgroup>& cgroup = launched->cgroup;
-  SandboxProcess& init = *launched->init;
-  UniqueFd& sync = launched->sync;
+  auto launched = HUTCH_TRY(launch_sandbox(prepared, true));
+  std::optional<SandboxCgroup>& cgroup = launched.cgroup;
+  SandboxProcess& init = *launched.init;
+  UniqueFd& sync = launched.sync;
 
   RunResult result;
   std::optional<Error> setup_failure;
@@ -82,16 +80,14 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
       workload_ended = true;
       result.exit_code = message.exit_code;
       result.term_signal = message.term_signal;
-    } else if (message.kind == SyncMessage::Kind::kFailure && !setup_failure &&
-               !result.start_failure) {
-      if (message.from == SyncMessage::From::kWorkload &&
-          std::strcmp(message.error.step, "execve") == 0) {
-        result.start_failure = std::string(message.error.step) + "(" + message.error.detail + ")";
-        result.start_errno = message.error.err;
-        result.start_failed_at_exec = true;
-      } else {
-        setup_failure = error_from_child(message.error);
-      }
+    } else if (setup_failure || result.start_failure) {
+      return;  // the first failure is the one to report
+    } else if (message.kind == SyncMessage::Kind::kExecFailed) {
+      result.start_failure = std::string(message.error.step) + "(" + message.error.detail + ")";
+      result.start_errno = message.error.err;
+      result.start_failed_at_exec = true;
+    } else if (message.kind == SyncMessage::Kind::kFailure) {
+      setup_failure = error_from_child(message.error);
     }
   };
 
@@ -136,8 +132,7 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   }
 
   rusage usage{};
-  auto reaped = init.reap(&usage);
-  if (!reaped) return std::unexpected(reaped.error());
+  auto reaped = HUTCH_TRY(init.reap(&usage));
   // Messages sent just before init exited.
   for (SyncMessage message{};
        sync_open && recv_sync(sync.get(), &message, nullptr, nullptr, true) > 0;) {
@@ -146,23 +141,22 @@ Result<RunResult> run_sandbox(const SandboxSpec& input) {
   if (setup_failure) return std::unexpected(*setup_failure);
   if (!workload_ended && !result.timed_out) {
     // Init died without reporting: a kill from outside or a runtime bug; report its status.
-    if (reaped->si_code == CLD_EXITED)
-      result.exit_code = reaped->si_status;
+    if (reaped.si_code == CLD_EXITED)
+      result.exit_code = reaped.si_status;
     else
-      result.term_signal = reaped->si_status;
+      result.term_signal = reaped.si_status;
   }
   result.duration = std::chrono::microseconds(now_us() - started);
   result.cpu_user = to_us(usage.ru_utime);
   result.cpu_system = to_us(usage.ru_stime);
   result.peak_memory_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
   if (!cgroup) return result;
-  auto stats = cgroup->stats();
-  if (!stats) return std::unexpected(stats.error());
-  result.oom_killed = stats->oom_kills.value_or(0) > 0;
-  if (stats->cpu_usage_usec) result.cpu_total = std::chrono::microseconds(*stats->cpu_usage_usec);
-  if (stats->memory_peak_bytes) result.peak_memory_bytes = *stats->memory_peak_bytes;
-  result.peak_pids = stats->pids_peak;
-  if (auto destroyed = cgroup->destroy(); !destroyed) return std::unexpected(destroyed.error());
+  auto stats = HUTCH_TRY(cgroup->stats());
+  result.oom_killed = stats.oom_kills.value_or(0) > 0;
+  if (stats.cpu_usage_usec) result.cpu_total = std::chrono::microseconds(*stats.cpu_usage_usec);
+  if (stats.memory_peak_bytes) result.peak_memory_bytes = *stats.memory_peak_bytes;
+  result.peak_pids = stats.pids_peak;
+  HUTCH_TRY(cgroup->destroy());
   return result;
 }
 

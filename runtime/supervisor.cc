@@ -15,7 +15,7 @@
 
 #include "runtime/base/proc_stat.h"
 #include "runtime/launch.h"
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 #include "runtime/process/sync.h"
 #include "runtime/supervisor_protocol.h"
 
@@ -124,7 +124,7 @@ SupervisorReply snapshot(std::optional<SandboxCgroup>& cgroup, int upper_fd, int
   const auto freezing = std::chrono::steady_clock::now();
   if (auto r = frozen.freeze(); !r) return error_reply(r.error());
   syncfs(upper_fd);
-  auto copied = layers::copy_tree(upper_fd, parent, name);
+  auto copied = copy_tree(upper_fd, parent, name);
   auto thawed = frozen.thaw();
   const auto frozen_us = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::steady_clock::now() - freezing);

@@ -14,7 +14,7 @@
 
 #include "runtime/layers/names.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/proc_stat.h"
 #include "runtime/base/unique_fd.h"
 
@@ -45,7 +45,7 @@ Result<std::vector<SampleFile>> sample_files(int root_fd) {
     auto [dir, rel] = std::move(dirs.front());
     dirs.pop_front();
     if (!dir) return sys_error("openat", rel.empty() ? "." : rel);
-    auto names = layers::read_dir_names(dir.get());
+    auto names = read_dir_names(dir.get());
     if (!names) return std::unexpected(names.error());
     for (const std::string& name : *names) {
       const std::string path = rel.empty() ? name : rel + "/" + name;
@@ -81,7 +81,7 @@ Result<ImageRecord> read_record(int images_fd, const std::string& name, const st
   record.name = name;
   UniqueFd image(openat(images_fd, name.c_str(), kDirFlags));
   if (!image) return sys_error("openat", images + "/" + name);
-  auto text = layers::read_small_file(image.get(), kRecordFile);
+  auto text = read_small_file(image.get(), kRecordFile);
   if (text) {
     try {
       const auto json = nlohmann::json::parse(*text);
@@ -126,7 +126,7 @@ Result<std::vector<std::string>> recipes_on(const layers::LayerStore& store,
 // zombie), unless a sandbox still runs on one: it was renamed away before the check that would
 // have put it back.
 Result<void> finish_abandoned_removals(int images_fd) {
-  auto names = layers::read_dir_names(images_fd);
+  auto names = read_dir_names(images_fd);
   if (!names) return std::unexpected(names.error());
   for (const std::string& name : *names) {
     if (!name.starts_with(kRemovingPrefix)) continue;
@@ -143,7 +143,7 @@ Result<void> finish_abandoned_removals(int images_fd) {
       if (!user) return std::unexpected(user.error());
       if (*user) continue;
     }
-    if (auto removed = layers::remove_tree(images_fd, name); !removed) return removed;
+    if (auto removed = remove_tree(images_fd, name); !removed) return removed;
   }
   return {};
 }
@@ -194,7 +194,7 @@ Result<std::vector<ImageRecord>> list_images(const layers::LayerStore& store) {
     if (errno == ENOENT) return std::vector<ImageRecord>{};
     return sys_error("open", images);
   }
-  auto names = layers::read_dir_names(images_fd.get());
+  auto names = read_dir_names(images_fd.get());
   if (!names) return std::unexpected(names.error());
   std::vector<ImageRecord> records;
   for (const std::string& name : *names) {
@@ -241,7 +241,7 @@ Result<std::vector<std::string>> remove_image(layers::LayerStore& store, const s
   }
   auto recipes = recipes_on(store, rootfs);
   if (!recipes) return restore(recipes.error());
-  if (auto removed = layers::remove_tree(images_fd.get(), removing); !removed)
+  if (auto removed = remove_tree(images_fd.get(), removing); !removed)
     return std::unexpected(removed.error());
   return recipes;
 }

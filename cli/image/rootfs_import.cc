@@ -24,9 +24,9 @@
 #include "cli/image/tar_tree.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
@@ -306,7 +306,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     UniqueFd src(::open(source.c_str(), kDirFlags));
     if (!src) return sys_error("open", source);
     if (auto copied =
-            layers::copy_tree(src.get(), scratch_fd.get(), "rootfs", layers::OverlayXattrs::kNone);
+            copy_tree(src.get(), scratch_fd.get(), "rootfs", OverlayXattrs::kNone);
         !copied)
       return std::unexpected(copied.error());
   } else {
@@ -333,7 +333,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
         auto applied = apply_layers(unpacked, root_fd.get(), platform);
         if (!applied) return std::unexpected(applied.error());
         record.platform = *applied;
-        if (auto removed = layers::remove_tree(scratch_fd.get(), "archive"); !removed)
+        if (auto removed = remove_tree(scratch_fd.get(), "archive"); !removed)
           return std::unexpected(removed.error());
       }
     }
@@ -347,7 +347,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     record.size = digest->bytes;
   }
   if (auto wrote =
-          layers::write_new_file(scratch_fd.get(), "image.json", format_image_record(record));
+          write_new_file(scratch_fd.get(), "image.json", format_image_record(record));
       !wrote) {
     return std::unexpected(wrote.error());
   }

@@ -19,13 +19,12 @@
 #include <vector>
 
 #include "runtime/fs/overlay_xattr.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {
 
-using layers::Xattrs;
 
 constexpr std::string_view kWhiteoutPrefix = ".wh.";
 constexpr std::string_view kOpaqueMarker = ".wh..wh..opq";
@@ -43,7 +42,7 @@ bool is_opaque_xattr(const std::pair<std::string, std::string>& xattr) {
 // What an exported member carries: the opaque marker becomes a `.wh..wh..opq` member instead, and
 // no other overlay xattr leaves the store (a layer keeps none: tree_copy.h).
 void drop_export_xattrs(Xattrs& xattrs) {
-  layers::drop_overlay_xattrs(xattrs, layers::OverlayXattrs::kNone);
+  drop_overlay_xattrs(xattrs, OverlayXattrs::kNone);
 }
 
 // ---- writing ----
@@ -72,7 +71,7 @@ struct TreeWriter {
   }
 
   Result<void> file_data(int dir_fd, const std::string& name, const std::string& path) {
-    UniqueFd fd(layers::open_noatime(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd fd(open_noatime(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) return sys_error("open", path);
     std::vector<char> buffer(1 << 16);
     while (true) {
@@ -99,7 +98,7 @@ struct TreeWriter {
       archive_entry_set_size(opq.get(), 0);
       if (auto wrote = header(opq.get(), path); !wrote) return wrote;
     }
-    auto names = layers::read_dir_names(dir_fd);
+    auto names = read_dir_names(dir_fd);
     if (!names) return std::unexpected(names.error());
     for (const std::string& name : *names) {
       if (auto wrote = child(dir_fd, path, name); !wrote) return wrote;
@@ -115,11 +114,11 @@ struct TreeWriter {
     struct stat st;
     if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
       return sys_error("fstatat", path);
-    auto xattrs = layers::read_xattrs(dir_fd, name);
+    auto xattrs = read_xattrs(dir_fd, name);
     if (!xattrs) return std::unexpected(xattrs.error());
 
     if (S_ISDIR(st.st_mode)) {
-      UniqueFd sub(layers::open_noatime(dir_fd, name.c_str(), kDirFlags));
+      UniqueFd sub(open_noatime(dir_fd, name.c_str(), kDirFlags));
       if (!sub) return sys_error("open", path);
       return directory(sub.get(), path + "/", st, std::move(*xattrs));
     }
@@ -225,7 +224,7 @@ struct TreeReader {
       return sys_error("fstatat", what + ": " + name);
     }
     if (keep_dir && S_ISDIR(st.st_mode)) return {};
-    return layers::remove_tree(parent_fd, name);
+    return remove_tree(parent_fd, name);
   }
 
   Result<void> metadata(int parent_fd, const std::string& name, archive_entry* entry,
@@ -255,9 +254,9 @@ struct TreeReader {
     // Overlay control metadata never comes from an archive: only the `.wh.*` members hutch
     // translates itself become whiteouts and opaque markers. A redirect or metacopy xattr in a
     // lower would make overlayfs look up, or take data from, a path the archive chose.
-    layers::drop_overlay_xattrs(xattrs, layers::OverlayXattrs::kNone);
+    drop_overlay_xattrs(xattrs, OverlayXattrs::kNone);
     if (!xattrs.empty()) {
-      if (auto wrote = layers::write_xattrs(parent_fd, name, xattrs); !wrote) return wrote;
+      if (auto wrote = write_xattrs(parent_fd, name, xattrs); !wrote) return wrote;
     }
     timespec times[2] = {{archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)},
                          {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)}};
@@ -321,11 +320,11 @@ struct TreeReader {
           }
           return {};
         }
-        auto names = layers::read_dir_names(parent->get());
+        auto names = read_dir_names(parent->get());
         if (!names) return std::unexpected(names.error());
         for (const std::string& name : *names) {
           if (created.contains(dir_path + name)) continue;
-          if (auto removed = layers::remove_tree(parent->get(), name); !removed) return removed;
+          if (auto removed = remove_tree(parent->get(), name); !removed) return removed;
         }
         return {};
       }
@@ -334,7 +333,7 @@ struct TreeReader {
         return plain_error("extract", what + ": bad whiteout " + path);
       if (whiteouts == Whiteouts::kApply) {
         if (created.contains(dir_path + hidden)) return {};
-        return layers::remove_tree(parent->get(), hidden);
+        return remove_tree(parent->get(), hidden);
       }
       if (auto cleared = clear(parent->get(), hidden, false); !cleared) return cleared;
       if (mknodat(parent->get(), hidden.c_str(), S_IFCHR | 0600, makedev(0, 0)) != 0)
@@ -435,7 +434,7 @@ hutch::Error archive_error(std::string_view step, archive* a, const std::string&
 Result<void> write_tree(int root_fd, archive* out) {
   struct stat st;
   if (fstat(root_fd, &st) != 0) return sys_error("fstat", "tree root");
-  auto xattrs = layers::read_xattrs(root_fd, "");
+  auto xattrs = read_xattrs(root_fd, "");
   if (!xattrs) return std::unexpected(xattrs.error());
   TreeWriter writer{out, {}};
   return writer.directory(root_fd, "./", st, std::move(*xattrs));

@@ -17,4 +17,9 @@ void set_child_error(ChildError* out, const char* step, const char* detail, int 
   out->err = err;
 }
 
+bool child_failure(ChildError* error, const char* step, const char* detail, int err) {
+  set_child_error(error, step, detail, err);
+  return false;
+}
+
 }  // namespace hutch

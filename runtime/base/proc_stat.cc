@@ -11,9 +11,8 @@ namespace hutch {
 // so fields are counted after the last ')'.
 Result<ProcState> read_proc_state(pid_t pid) {
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  auto read = read_text_file(path);
-  if (!read) return std::unexpected(read.error());
-  const std::string& text = *read;
+  auto read = HUTCH_TRY(read_text_file(path));
+  const std::string& text = read;
   size_t paren = text.rfind(')');
   if (paren == std::string::npos) return plain_error("parse", path);
   std::istringstream fields(text.substr(paren + 1));

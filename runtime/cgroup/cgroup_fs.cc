@@ -97,11 +97,10 @@ Result<std::string> read_cgroup_file(const CgroupDir& dir, const char* name) {
 }
 
 Result<uint64_t> read_cgroup_number(const CgroupDir& dir, const char* name) {
-  Result<std::string> text = read_cgroup_file(dir, name);
-  if (!text) return std::unexpected(text.error());
-  std::optional<uint64_t> value = parse_number(*text);
+  std::string text = HUTCH_TRY(read_cgroup_file(dir, name));
+  std::optional<uint64_t> value = parse_number(text);
   if (!value) {
-    return plain_error("parse", file_path(dir, name) + ": '" + *text + "' is not a number");
+    return plain_error("parse", file_path(dir, name) + ": '" + text + "' is not a number");
   }
   return *value;
 }
@@ -143,22 +142,19 @@ Result<std::vector<std::string>> list_cgroup_subdirs(const CgroupDir& dir) {
 }
 
 Result<std::vector<pid_t>> read_tree_procs(const CgroupDir& dir) {
-  Result<std::string> text = read_cgroup_file(dir, "cgroup.procs");
-  if (!text) return std::unexpected(text.error());
+  std::string text = HUTCH_TRY(read_cgroup_file(dir, "cgroup.procs"));
   std::vector<pid_t> pids;
-  std::istringstream in(*text);
+  std::istringstream in(text);
   for (pid_t pid; in >> pid;) pids.push_back(pid);
-  Result<std::vector<std::string>> children = list_cgroup_subdirs(dir);
-  if (!children) return std::unexpected(children.error());
-  for (const std::string& name : *children) {
+  std::vector<std::string> children = HUTCH_TRY(list_cgroup_subdirs(dir));
+  for (const std::string& name : children) {
     Result<CgroupDir> child = open_cgroup_subdir(dir, name);
     if (!child) {
       if (child.error().err == ENOENT) continue;  // removed meanwhile
       return std::unexpected(child.error());
     }
-    Result<std::vector<pid_t>> more = read_tree_procs(*child);
-    if (!more) return std::unexpected(more.error());
-    pids.insert(pids.end(), more->begin(), more->end());
+    std::vector<pid_t> more = HUTCH_TRY(read_tree_procs(*child));
+    pids.insert(pids.end(), more.begin(), more.end());
   }
   return pids;
 }
@@ -170,9 +166,8 @@ Result<void> wait_for_cgroup_line(const CgroupDir& dir, const char* name, std::s
   if (!fd) return sys_error("open", path);
   const Clock::time_point deadline = Clock::now() + timeout;
   for (;;) {
-    Result<std::string> text = read_fd(fd.get(), path);
-    if (!text) return std::unexpected(text.error());
-    if (has_line(*text, line)) return {};
+    std::string text = HUTCH_TRY(read_fd(fd.get(), path));
+    if (has_line(text, line)) return {};
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
@@ -193,10 +188,9 @@ Result<void> remove_cgroup_tree(const CgroupDir& parent, const std::string& name
   const std::string path = file_path(parent, name);
   Result<CgroupDir> dir = open_cgroup_subdir(parent, name);
   if (!dir) return dir.error().err == ENOENT ? Result<void>{} : std::unexpected(dir.error());
-  Result<std::vector<std::string>> children = list_cgroup_subdirs(*dir);
-  if (!children) return std::unexpected(children.error());
-  for (const std::string& child : *children) {
-    if (auto removed = remove_cgroup_tree(*dir, child, patience); !removed) return removed;
+  std::vector<std::string> children = HUTCH_TRY(list_cgroup_subdirs(*dir));
+  for (const std::string& child : children) {
+    HUTCH_TRY(remove_cgroup_tree(*dir, child, patience));
   }
   const Clock::time_point deadline = Clock::now() + patience;
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, kMaxPause)) {
@@ -207,9 +201,8 @@ Result<void> remove_cgroup_tree(const CgroupDir& parent, const std::string& name
 }
 
 Result<void> require_no_host_swap(const std::string& why) {
-  auto text = read_text_file("/proc/meminfo");
-  if (!text) return std::unexpected(text.error());
-  std::istringstream meminfo(*text);
+  auto text = HUTCH_TRY(read_text_file("/proc/meminfo"));
+  std::istringstream meminfo(text);
   for (std::string key; meminfo >> key;) {
     uint64_t kib = 0;
     std::string unit;

@@ -43,7 +43,7 @@ Result<void> set_frozen(const CgroupKillTarget& target, bool frozen) {
 // Frozen, the processes cannot fork while we walk the list. The v1 freezer holds even
 // SIGKILLed tasks until the thaw, which is when they die.
 Result<void> signal_each(const CgroupKillTarget& target, const std::vector<pid_t>& pids) {
-  if (auto r = set_frozen(target, true); !r) return r;
+  HUTCH_TRY(set_frozen(target, true));
   for (pid_t pid : pids) {
     if (kill(pid, SIGKILL) != 0 && errno != ESRCH) {
       return sys_error("kill", "SIGKILL to pid " + std::to_string(pid));
@@ -65,17 +65,16 @@ Result<void> kill_cgroup_processes(const CgroupKillTarget& target,
     }
   }
   for (auto pause = std::chrono::milliseconds(1);; pause = std::min(pause * 2, kMaxPause)) {
-    Result<std::vector<pid_t>> pids = list_processes(target);
-    if (!pids) return std::unexpected(pids.error());
-    if (pids->empty()) return {};
+    std::vector<pid_t> pids = HUTCH_TRY(list_processes(target));
+    if (pids.empty()) return {};
     const Clock::time_point now = Clock::now();
     if (now - start > timeout) {
-      return plain_error("kill cgroup", std::to_string(pids->size()) + " process(es) survive in " +
+      return plain_error("kill cgroup", std::to_string(pids.size()) + " process(es) survive in " +
                                             target.dirs.front()->path + ", e.g. pid " +
-                                            std::to_string(pids->front()));
+                                            std::to_string(pids.front()));
     }
     if (!kernel_kill || now - start > kKernelKillGrace) {
-      if (auto r = signal_each(target, *pids); !r) return r;
+      HUTCH_TRY(signal_each(target, pids));
     }
     std::this_thread::sleep_for(pause);
   }

@@ -90,9 +90,8 @@ CgroupLayout parse_cgroup_mounts(const std::string& mountinfo) {
 }
 
 Result<CgroupLayout> read_cgroup_layout() {
-  auto mountinfo = read_text_file("/proc/self/mountinfo");
-  if (!mountinfo) return std::unexpected(mountinfo.error());
-  CgroupLayout layout = parse_cgroup_mounts(*mountinfo);
+  auto mountinfo = HUTCH_TRY(read_text_file("/proc/self/mountinfo"));
+  CgroupLayout layout = parse_cgroup_mounts(mountinfo);
   if (!layout.v2_mount.empty()) {
     layout.v2_controllers = split(read_first_line(layout.v2_mount + "/cgroup.controllers"), ' ');
     layout.v2_subtree_control =
@@ -120,9 +119,8 @@ std::vector<CgroupMembership> parse_proc_cgroup(const std::string& text) {
 }
 
 Result<std::vector<CgroupMembership>> read_proc_cgroups(const std::string& path) {
-  auto text = read_text_file(path);
-  if (!text) return std::unexpected(text.error());
-  return parse_proc_cgroup(*text);
+  auto text = HUTCH_TRY(read_text_file(path));
+  return parse_proc_cgroup(text);
 }
 
 Result<std::vector<CgroupMembership>> read_own_cgroups() {

@@ -119,7 +119,7 @@ std::optional<CgroupHierarchy> locate_controller(const CgroupLayout& layout,
 }
 
 Result<CgroupPlan> plan_cgroups(const CgroupLayout& layout, const CgroupLimits& limits) {
-  if (auto valid = validate(limits); !valid) return std::unexpected(valid.error());
+  HUTCH_TRY(validate(limits));
   CgroupPlan plan;
   plan.limits = limits;
   // The cgroup2 dir always comes first: placement (CLONE_INTO_CGROUP), freeze and kill use it even

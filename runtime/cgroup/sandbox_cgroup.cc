@@ -43,7 +43,7 @@ Result<SandboxCgroup> SandboxCgroup::create(const CgroupPlan& plan, std::string_
   SandboxCgroup cgroup;  // on any error below, its destructor removes what was created
   cgroup.id_ = sandbox_id;
   for (const CgroupDirPlan& dir_plan : plan.dirs) {
-    if (auto added = cgroup.add_dir(plan, dir_plan); !added) return std::unexpected(added.error());
+    HUTCH_TRY(cgroup.add_dir(plan, dir_plan));
   }
   // Limits before any process enters: nothing ever runs unlimited.
   for (const LimitEnforcement& enforcement : plan.enforcement) {
@@ -53,36 +53,34 @@ Result<SandboxCgroup> SandboxCgroup::create(const CgroupPlan& plan, std::string_
           "create cgroup",
           "plan has no dir for the " + std::string(limit_name(enforcement.limit)) + " limit");
     }
-    Result<void> written = enforcement.hierarchy.version == CgroupVersion::kV2
-                               ? write_v2_limit(dir->self, enforcement.limit, plan.limits)
-                               : write_v1_limit(dir->self, enforcement.limit, plan.limits);
-    if (!written) return std::unexpected(written.error());
+    HUTCH_TRY(enforcement.hierarchy.version == CgroupVersion::kV2
+                  ? write_v2_limit(dir->self, enforcement.limit, plan.limits)
+                  : write_v1_limit(dir->self, enforcement.limit, plan.limits));
   }
   return cgroup;
 }
 
 Result<void> SandboxCgroup::add_dir(const CgroupPlan& plan, const CgroupDirPlan& dir_plan) {
   const bool v2 = dir_plan.hierarchy.version == CgroupVersion::kV2;
-  Result<CgroupDir> root = open_cgroup_dir(dir_plan.hierarchy.mount_point);
-  if (!root) return std::unexpected(root.error());
+  CgroupDir root = HUTCH_TRY(open_cgroup_dir(dir_plan.hierarchy.mount_point));
   // The one write to a cgroup hutch did not create (see CgroupPlan::v2_root_enable): only the
   // controllers this sandbox needs, and only if the root has not enabled them already.
   if (v2 && !plan.v2_enable.empty()) {
-    if (auto r = enable_v2_controllers(*root, plan.v2_enable); !r) return r;
+    HUTCH_TRY(enable_v2_controllers(root, plan.v2_enable));
   }
-  if (auto checked = check_cgroup_parent(plan.parent); !checked) return checked;
+  HUTCH_TRY(check_cgroup_parent(plan.parent));
   // Retried: a sandbox ending meanwhile removes `hutch` when it was the last one (destroy()).
   constexpr int kAttempts = 8;
   for (int attempt = 0;; ++attempt) {
-    if (auto r = make_cgroup_subdir(*root, plan.parent, /*may_exist=*/true); !r) return r;
-    Result<CgroupDir> parent = open_cgroup_subdir(*root, plan.parent);
+    HUTCH_TRY(make_cgroup_subdir(root, plan.parent, /*may_exist=*/true));
+    Result<CgroupDir> parent = open_cgroup_subdir(root, plan.parent);
     if (!parent) {
       if (parent.error().err == ENOENT && attempt + 1 < kAttempts) continue;
       return std::unexpected(parent.error());
     }
     // `hutch` holds no processes itself, so cgroup2's no-internal-process rule allows this.
     if (v2 && !plan.v2_enable.empty()) {
-      if (auto r = enable_v2_controllers(*parent, plan.v2_enable); !r) return r;
+      HUTCH_TRY(enable_v2_controllers(*parent, plan.v2_enable));
     }
     Result<void> made = make_cgroup_subdir(*parent, id_, /*may_exist=*/false);
     if (!made) {
@@ -155,11 +153,10 @@ Result<void> SandboxCgroup::attach(pid_t pid) {
     // CLONE_INTO_CGROUP, maybe into a sub-cgroup that must keep it): kill and freeze act on
     // cgroup2, so they must reach it.
     if (dir.hierarchy.version == CgroupVersion::kV2) {
-      Result<bool> placed = in_v2_tree(dir, pid);
-      if (!placed) return std::unexpected(placed.error());
-      if (*placed) continue;
+      bool placed = HUTCH_TRY(in_v2_tree(dir, pid));
+      if (placed) continue;
     }
-    if (auto r = write_cgroup_file(dir.self, "cgroup.procs", std::to_string(pid)); !r) return r;
+    HUTCH_TRY(write_cgroup_file(dir.self, "cgroup.procs", std::to_string(pid)));
   }
   return {};
 }
@@ -266,7 +263,7 @@ Result<std::optional<uint64_t>> read_oom_counter(int fd) {
 Result<void> SandboxCgroup::destroy() {
   if (dirs_.empty()) return {};
   // Kill first: a populated cgroup cannot be removed.
-  if (auto killed = kill_all(); !killed) return killed;
+  HUTCH_TRY(kill_all());
   Result<void> outcome;
   std::vector<Dir> left;
   for (Dir& dir : dirs_) {

@@ -74,7 +74,7 @@ Result<void> remove_one(const std::string& id, const std::vector<StaleDir>& plac
     if (place.freezer) target.v1_freezer = &dirs.back();
     target.dirs.push_back(&dirs.back());
   }
-  if (auto killed = kill_cgroup_processes(target, kKillTimeout); !killed) return killed;
+  HUTCH_TRY(kill_cgroup_processes(target, kKillTimeout));
   for (const StaleDir& place : places) {
     Result<void> removed = remove_cgroup_tree(*place.parent, id, kRmdirPatience);
     if (!removed) return removed;
@@ -103,11 +103,9 @@ std::optional<CgroupOwner> parse_sandbox_cgroup_id(std::string_view id) {
 }
 
 Result<std::string> make_sandbox_cgroup_id(uint64_t sequence) {
-  Result<uint64_t> pid_namespace = own_pid_namespace();
-  if (!pid_namespace) return std::unexpected(pid_namespace.error());
-  Result<ProcState> self = read_proc_state(getpid());
-  if (!self) return std::unexpected(self.error());
-  return format_sandbox_cgroup_id({*pid_namespace, getpid(), self->start_time, sequence});
+  uint64_t pid_namespace = HUTCH_TRY(own_pid_namespace());
+  ProcState self = HUTCH_TRY(read_proc_state(getpid()));
+  return format_sandbox_cgroup_id({pid_namespace, getpid(), self.start_time, sequence});
 }
 
 bool cgroup_owner_alive(std::string_view id) {
@@ -123,11 +121,8 @@ bool cgroup_owner_alive(std::string_view id) {
 Result<int> remove_stale_cgroups(const CgroupLayout& layout,
                                  const std::function<bool(std::string_view id)>& is_live,
                                  std::string_view parent_name) {
-  if (auto checked = check_cgroup_parent(parent_name); !checked) {
-    return std::unexpected(checked.error());
-  }
-  Result<std::vector<CgroupMembership>> own = read_own_cgroups();
-  if (!own) return std::unexpected(own.error());
+  HUTCH_TRY(check_cgroup_parent(parent_name));
+  std::vector<CgroupMembership> own = HUTCH_TRY(read_own_cgroups());
   struct Hierarchy {
     std::string mount_point;
     bool v2;
@@ -146,17 +141,15 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   // An id recurs in every hierarchy: its owner is looked up once (a /proc read per live owner).
   std::map<std::string, bool, std::less<>> live;
   for (const Hierarchy& hierarchy : hierarchies) {
-    Result<CgroupDir> root = open_cgroup_dir(hierarchy.mount_point);
-    if (!root) return std::unexpected(root.error());
-    Result<CgroupDir> parent = open_cgroup_subdir(*root, std::string(parent_name));
+    CgroupDir root = HUTCH_TRY(open_cgroup_dir(hierarchy.mount_point));
+    Result<CgroupDir> parent = open_cgroup_subdir(root, std::string(parent_name));
     if (!parent) {
       if (parent.error().err == ENOENT) continue;
       return std::unexpected(parent.error());
     }
     parents.push_back(std::move(*parent));
-    Result<std::vector<std::string>> ids = list_cgroup_subdirs(parents.back());
-    if (!ids) return std::unexpected(ids.error());
-    for (const std::string& id : *ids) {
+    std::vector<std::string> ids = HUTCH_TRY(list_cgroup_subdirs(parents.back()));
+    for (const std::string& id : ids) {
       auto known = live.find(id);
       if (known == live.end()) known = live.emplace(id, is_live(id)).first;
       if (!known->second) stale[id].push_back({&parents.back(), hierarchy.v2, hierarchy.freezer});
@@ -165,7 +158,7 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
   int removed = 0;
   Result<void> first_error;
   for (const auto& [id, places] : stale) {
-    if (holds_this_process(*own, layout, parent_name, id)) continue;
+    if (holds_this_process(own, layout, parent_name, id)) continue;
     Result<void> outcome = remove_one(id, places);
     if (outcome) {
       ++removed;
@@ -178,9 +171,8 @@ Result<int> remove_stale_cgroups(const CgroupLayout& layout,
 }
 
 Result<int> sweep_stale_cgroups(std::string_view parent) {
-  auto layout = read_cgroup_layout();
-  if (!layout) return std::unexpected(layout.error());
-  return remove_stale_cgroups(*layout, cgroup_owner_alive, parent);
+  auto layout = HUTCH_TRY(read_cgroup_layout());
+  return remove_stale_cgroups(layout, cgroup_owner_alive, parent);
 }
 
 }  // namespace hutch

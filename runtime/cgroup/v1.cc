@@ -7,7 +7,7 @@ Result<void> write_v1_limit(const CgroupDir& dir, CgroupLimit limit, const Cgrou
     case CgroupLimit::kMemory: {
       const std::string bytes = std::to_string(*limits.memory_bytes);
       // limit_in_bytes first: the kernel refuses a memsw limit below the memory limit.
-      if (auto r = write_cgroup_file(dir, "memory.limit_in_bytes", bytes); !r) return r;
+      HUTCH_TRY(write_cgroup_file(dir, "memory.limit_in_bytes", bytes));
       // memsw = memory + swap; equal to the memory limit means no swap. Missing without swap
       // accounting (swapaccount=0).
       if (!cgroup_file_exists(dir, "memory.memsw.limit_in_bytes")) {
@@ -34,26 +34,23 @@ Result<void> write_v1_limit(const CgroupDir& dir, CgroupLimit limit, const Cgrou
 Result<void> set_v1_frozen(const CgroupDir& dir, bool frozen,
                            std::optional<std::chrono::milliseconds> wait) {
   const char* state = frozen ? "FROZEN" : "THAWED";
-  if (auto r = write_cgroup_file(dir, "freezer.state", state); !r) return r;
+  HUTCH_TRY(write_cgroup_file(dir, "freezer.state", state));
   if (!wait) return {};
   return wait_for_cgroup_line(dir, "freezer.state", state, *wait);
 }
 
 Result<void> read_v1_cpuacct_stats(const CgroupDir& dir, CgroupStats& stats) {
-  Result<uint64_t> nanoseconds = read_cgroup_number(dir, "cpuacct.usage");
-  if (!nanoseconds) return std::unexpected(nanoseconds.error());
-  stats.cpu_usage_usec = *nanoseconds / 1000;
+  uint64_t nanoseconds = HUTCH_TRY(read_cgroup_number(dir, "cpuacct.usage"));
+  stats.cpu_usage_usec = nanoseconds / 1000;
   return {};
 }
 
 Result<void> read_v1_memory_stats(const CgroupDir& dir, CgroupStats& stats) {
-  Result<uint64_t> peak = read_cgroup_number(dir, "memory.max_usage_in_bytes");
-  if (!peak) return std::unexpected(peak.error());
-  stats.memory_peak_bytes = *peak;
+  uint64_t peak = HUTCH_TRY(read_cgroup_number(dir, "memory.max_usage_in_bytes"));
+  stats.memory_peak_bytes = peak;
   // memory.oom_control's oom_kill line exists from Linux 4.13.
-  Result<std::string> oom = read_cgroup_file(dir, "memory.oom_control");
-  if (!oom) return std::unexpected(oom.error());
-  stats.oom_kills = find_cgroup_key(*oom, "oom_kill");
+  std::string oom = HUTCH_TRY(read_cgroup_file(dir, "memory.oom_control"));
+  stats.oom_kills = find_cgroup_key(oom, "oom_kill");
   return {};
 }
 

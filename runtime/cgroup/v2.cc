@@ -7,10 +7,9 @@ namespace hutch {
 
 Result<void> enable_v2_controllers(const CgroupDir& dir,
                                    const std::vector<std::string>& controllers) {
-  Result<std::string> enabled = read_cgroup_file(dir, "cgroup.subtree_control");
-  if (!enabled) return std::unexpected(enabled.error());
+  std::string enabled = HUTCH_TRY(read_cgroup_file(dir, "cgroup.subtree_control"));
   std::vector<std::string> have;
-  std::istringstream words(*enabled);
+  std::istringstream words(enabled);
   for (std::string word; words >> word;) have.push_back(word);
   std::string change;
   for (const std::string& controller : controllers) {
@@ -24,9 +23,7 @@ Result<void> enable_v2_controllers(const CgroupDir& dir,
 Result<void> write_v2_limit(const CgroupDir& dir, CgroupLimit limit, const CgroupLimits& limits) {
   switch (limit) {
     case CgroupLimit::kMemory: {
-      if (auto r = write_cgroup_file(dir, "memory.max", std::to_string(*limits.memory_bytes)); !r) {
-        return r;
-      }
+      HUTCH_TRY(write_cgroup_file(dir, "memory.max", std::to_string(*limits.memory_bytes)));
       // Swap off, or the limit only bounds RAM and the rest spills into swap. memory.swap.max is
       // missing when the kernel does not account swap (CONFIG_MEMCG_SWAP, swapaccount=0).
       if (!cgroup_file_exists(dir, "memory.swap.max")) {
@@ -48,7 +45,7 @@ Result<void> write_v2_limit(const CgroupDir& dir, CgroupLimit limit, const Cgrou
 
 Result<void> set_v2_frozen(const CgroupDir& dir, bool frozen,
                            std::optional<std::chrono::milliseconds> wait) {
-  if (auto r = write_cgroup_file(dir, "cgroup.freeze", frozen ? "1" : "0"); !r) return r;
+  HUTCH_TRY(write_cgroup_file(dir, "cgroup.freeze", frozen ? "1" : "0"));
   if (!wait) return {};
   return wait_for_cgroup_line(dir, "cgroup.events", frozen ? "frozen 1" : "frozen 0", *wait);
 }
@@ -61,20 +58,17 @@ Result<void> write_v2_kill(const CgroupDir& dir) {
 
 Result<void> read_v2_cpu_stats(const CgroupDir& dir, CgroupStats& stats) {
   // cpu.stat's usage_usec is core cgroup2 (no cpu controller needed), so hybrid hosts have it.
-  Result<std::string> text = read_cgroup_file(dir, "cpu.stat");
-  if (!text) return std::unexpected(text.error());
-  stats.cpu_usage_usec = find_cgroup_key(*text, "usage_usec");
+  std::string text = HUTCH_TRY(read_cgroup_file(dir, "cpu.stat"));
+  stats.cpu_usage_usec = find_cgroup_key(text, "usage_usec");
   return {};
 }
 
 Result<void> read_v2_memory_stats(const CgroupDir& dir, CgroupStats& stats) {
   const char* peak_file = cgroup_file_exists(dir, "memory.peak") ? "memory.peak" : "memory.current";
-  Result<uint64_t> peak = read_cgroup_number(dir, peak_file);
-  if (!peak) return std::unexpected(peak.error());
-  stats.memory_peak_bytes = *peak;
-  Result<std::string> events = read_cgroup_file(dir, "memory.events");
-  if (!events) return std::unexpected(events.error());
-  stats.oom_kills = find_cgroup_key(*events, "oom_kill");
+  uint64_t peak = HUTCH_TRY(read_cgroup_number(dir, peak_file));
+  stats.memory_peak_bytes = peak;
+  std::string events = HUTCH_TRY(read_cgroup_file(dir, "memory.events"));
+  stats.oom_kills = find_cgroup_key(events, "oom_kill");
   return {};
 }
 

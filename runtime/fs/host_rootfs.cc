@@ -216,14 +216,13 @@ Result<void> SkeletonCache::rebuild(uid_t owner) {
     return list_host_dir(root_ + dir);
   };
   std::vector<SkeletonEntry> entries = plan_host_skeleton(rules_, list);
-  auto built = build_skeleton_mount(entries, owner);
-  if (!built) return std::unexpected(built.error());
+  auto built = HUTCH_TRY(build_skeleton_mount(entries, owner));
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
   stable_ = std::all_of(stamps.begin(), stamps.end(), [&](const Stamp& s) {
     return !s.exists || now.tv_sec - s.mtime.tv_sec > kStableAfterSeconds;
   });
-  skeleton_ = std::move(*built);
+  skeleton_ = std::move(built);
   stamps_ = std::move(stamps);
   owner_ = owner;
   ++builds_;
@@ -233,7 +232,7 @@ Result<void> SkeletonCache::rebuild(uid_t owner) {
 Result<UniqueFd> SkeletonCache::take(uid_t owner) {
   if (clone_unsupported_) return UniqueFd();
   if (!fresh(owner)) {
-    if (auto r = rebuild(owner); !r) return std::unexpected(r.error());
+    HUTCH_TRY(rebuild(owner));
   }
   UniqueFd copy(
       open_tree(skeleton_.get(), "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));

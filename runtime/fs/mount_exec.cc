@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <climits>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace hutch {
 namespace {
@@ -17,6 +19,8 @@ namespace {
 constexpr const char* kStaging = "/tmp";
 constexpr const char* kHostRoot = "/oldroot";
 constexpr const char* kNewRoot = "/root";
+// A masked dir's tmpfs takes no options. Built before main (a static), never in the child.
+const std::vector<std::pair<std::string, std::string>> kNoOptions;
 
 // An fd closed on scope exit; the child's own tiny UniqueFd, free of allocation.
 struct Fd {
@@ -100,23 +104,25 @@ bool attach(int tree_fd, int target_fd, const char* what, ChildError* error) {
   return true;
 }
 
-bool mount_fs(int root_fd, const MountOp& op, unsigned long long attrs, ChildError* error) {
-  const char* path = op.path.c_str();
+// A new filesystem of `fstype` at `path`; a missing `path` is no error when `missing_ok`.
+bool mount_fs(int root_fd, const char* path, const char* fstype,
+              const std::vector<std::pair<std::string, std::string>>& options,
+              unsigned long long attrs, bool missing_ok, ChildError* error) {
   Fd target(open_beneath(root_fd, path, O_PATH));
   if (target.fd < 0) {
-    if (errno == ENOENT && op.kind == MountOp::Kind::kMaskDir) return true;
+    if (errno == ENOENT && missing_ok) return true;
     return fail(error, "openat2(no symlinks)", path);
   }
-  Fd context(fsopen(op.fstype.c_str(), FSOPEN_CLOEXEC));
-  if (context.fd < 0) return fail(error, "fsopen", op.fstype.c_str());
-  for (const auto& [key, value] : op.options) {
+  Fd context(fsopen(fstype, FSOPEN_CLOEXEC));
+  if (context.fd < 0) return fail(error, "fsopen", fstype);
+  for (const auto& [key, value] : options) {
     int rc = value.empty()
                  ? fsconfig(context.fd, FSCONFIG_SET_FLAG, key.c_str(), nullptr, 0)
                  : fsconfig(context.fd, FSCONFIG_SET_STRING, key.c_str(), value.c_str(), 0);
     if (rc != 0) return fail(error, "fsconfig", key.c_str());
   }
   if (fsconfig(context.fd, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-    return fail(error, "fsconfig(FSCONFIG_CMD_CREATE)", op.fstype.c_str());
+    return fail(error, "fsconfig(FSCONFIG_CMD_CREATE)", fstype);
   }
   Fd mount(fsmount(context.fd, FSMOUNT_CLOEXEC, static_cast<unsigned>(attrs)));
   if (mount.fd < 0) return fail(error, "fsmount", path);
@@ -203,7 +209,8 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
     case MountOp::Kind::kMkdir:
       return make_dirs_beneath(root_fd, op, error);
     case MountOp::Kind::kMountFs:
-      return mount_fs(root_fd, op, op.attrs, error);
+      return mount_fs(root_fd, op.path.c_str(), op.fstype.c_str(), op.options, op.attrs, false,
+                      error);
     case MountOp::Kind::kBind:
       return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, error);
     case MountOp::Kind::kMaskFile: {
@@ -212,14 +219,10 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
         return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
       return bind_host(root_fd, "/dev/null", op.path.c_str(), true, error);
     }
-    case MountOp::Kind::kMaskDir: {
-      MountOp tmpfs = op;
-      tmpfs.fstype = "tmpfs";
-      tmpfs.options = {};
-      return mount_fs(root_fd, tmpfs,
+    case MountOp::Kind::kMaskDir:
+      return mount_fs(root_fd, op.path.c_str(), "tmpfs", kNoOptions,
                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                      error);
-    }
+                      true, error);
     case MountOp::Kind::kReadOnly:
       return make_read_only(root_fd, op, error);
     case MountOp::Kind::kSymlink:
@@ -231,7 +234,7 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
 
 }  // namespace
 
-bool enter_staging(ChildError* error) {
+bool enter_staging(const ChildPlan&, ChildError* error) {
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return fail(error, "mount", "MS_REC|MS_PRIVATE on /");
   }
@@ -253,19 +256,20 @@ bool attach_root_overlay(int overlay_fd, ChildError* error) {
   return true;
 }
 
-bool run_mount_ops(const MountPlan& plan, ChildError* error) {
+bool run_mount_ops(const ChildPlan& plan, ChildError* error) {
   Fd root(open(kNewRoot, O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (root.fd < 0) return fail(error, "open", kNewRoot);
-  for (const MountOp& op : plan.ops) {
+  for (const MountOp& op : plan.mounts->ops) {
     if (!run_op(root.fd, op, error)) return false;
   }
   return true;
 }
 
-bool pivot_into_root(ChildError* error) {
+bool pivot_into_root(const ChildPlan&, ChildError* error) {
   if (umount2(kHostRoot, MNT_DETACH) != 0) return fail(error, "umount2", kHostRoot);
   if (chdir(kNewRoot) != 0) return fail(error, "chdir", kNewRoot);
-  // pivot_root(".", ".") stacks the old root under the new one; detaching "." then drops it.
+  // pivot_root(".", ".") stacks the old root on top of the new one at "/" (pivot_root(2)):
+  // detaching "." then drops the old root and leaves the new one.
   if (syscall(SYS_pivot_root, ".", ".") != 0) return fail(error, "pivot_root", kNewRoot);
   if (umount2(".", MNT_DETACH) != 0) return fail(error, "umount2", "staging");
   if (chdir("/") != 0) return fail(error, "chdir", "/");

@@ -13,7 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "runtime/process/sync.h"
+#include "runtime/base/passed_fds.h"
 
 namespace hutch {
 namespace {

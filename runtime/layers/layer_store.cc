@@ -13,13 +13,13 @@
 #include <map>
 #include <set>
 
+#include "runtime/base/proc_stat.h"
 #include "runtime/fs/erofs.h"
+#include "runtime/fs/tree_copy.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/layers/tree_io.h"
-#include "runtime/base/proc_stat.h"
 
 namespace hutch::layers {
 namespace {
@@ -51,8 +51,7 @@ Result<UniqueFd> open_subdir(int parent_fd, const char* name, const std::string&
 // A fresh `.incoming-<pid>-<starttime>-<random>` name owned by this process. Read per call, not
 // cached: the store may be used from a forked child.
 Result<std::string> new_scratch_name() {
-  auto self = read_proc_state(getpid());
-  if (!self) return std::unexpected(self.error());
+  auto self = HUTCH_TRY(read_proc_state(getpid()));
   unsigned char random[8];
   if (getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
     return sys_error("getrandom", "scratch name");
@@ -63,7 +62,7 @@ Result<std::string> new_scratch_name() {
     suffix.push_back(kHex[byte >> 4]);
     suffix.push_back(kHex[byte & 0xf]);
   }
-  return scratch_name(ScratchOwner{getpid(), self->start_time}, suffix);
+  return scratch_name(ScratchOwner{getpid(), self.start_time}, suffix);
 }
 
 // Whether the process that named `name` is gone: no such pid, a pid reused by a process with
@@ -107,19 +106,16 @@ Result<std::string> layer_digest(std::string_view tree_digest,
 }
 
 Result<LayerStore> LayerStore::open(const std::string& state_dir) {
-  if (auto made = make_dirs(state_dir, 0700); !made) return std::unexpected(made.error());
+  HUTCH_TRY(make_dirs(state_dir, 0700));
   LayerStore store(state_dir);
   store.state_fd_ = UniqueFd(::open(state_dir.c_str(), kDirFlags));
   if (!store.state_fd_) return sys_error("open", state_dir);
-  auto layers = open_subdir(store.state_fd_.get(), "layers", state_dir + "/layers");
-  if (!layers) return std::unexpected(layers.error());
-  auto tags = open_subdir(store.state_fd_.get(), "tags", state_dir + "/tags");
-  if (!tags) return std::unexpected(tags.error());
-  auto locks = open_subdir(store.state_fd_.get(), "locks", state_dir + "/locks");
-  if (!locks) return std::unexpected(locks.error());
-  store.layers_fd_ = std::move(*layers);
-  store.tags_fd_ = std::move(*tags);
-  store.locks_fd_ = std::move(*locks);
+  auto layers = HUTCH_TRY(open_subdir(store.state_fd_.get(), "layers", state_dir + "/layers"));
+  auto tags = HUTCH_TRY(open_subdir(store.state_fd_.get(), "tags", state_dir + "/tags"));
+  auto locks = HUTCH_TRY(open_subdir(store.state_fd_.get(), "locks", state_dir + "/locks"));
+  store.layers_fd_ = std::move(layers);
+  store.tags_fd_ = std::move(tags);
+  store.locks_fd_ = std::move(locks);
   return store;
 }
 
@@ -133,77 +129,64 @@ Result<UniqueFd> LayerStore::store_lock(int operation) const {
 }
 
 Result<std::pair<std::string, UniqueFd>> LayerStore::make_scratch_dir() const {
-  auto scratch = new_scratch_name();
-  if (!scratch) return std::unexpected(scratch.error());
-  if (mkdirat(layers_fd_.get(), scratch->c_str(), 0700) != 0) {
-    return sys_error("mkdirat", state_dir_ + "/layers/" + *scratch);
+  auto scratch = HUTCH_TRY(new_scratch_name());
+  if (mkdirat(layers_fd_.get(), scratch.c_str(), 0700) != 0) {
+    return sys_error("mkdirat", state_dir_ + "/layers/" + scratch);
   }
-  UniqueFd fd(openat(layers_fd_.get(), scratch->c_str(), kDirFlags));
+  UniqueFd fd(openat(layers_fd_.get(), scratch.c_str(), kDirFlags));
   if (!fd) {
-    Error error = sys_error("openat", state_dir_ + "/layers/" + *scratch).error();
-    (void)remove_tree(layers_fd_.get(), *scratch);
+    Error error = sys_error("openat", state_dir_ + "/layers/" + scratch).error();
+    (void)remove_tree(layers_fd_.get(), scratch);
     return std::unexpected(error);
   }
-  return std::pair{std::move(*scratch), std::move(fd)};
+  return std::pair{std::move(scratch), std::move(fd)};
 }
 
 Result<LayerInfo> LayerStore::add_tree(int src_dir_fd, const LayerManifest& manifest) {
-  auto guard = store_lock(LOCK_SH);
-  if (!guard) return std::unexpected(guard.error());
-  auto scratch = make_scratch_dir();
-  if (!scratch) return std::unexpected(scratch.error());
-  ScratchGuard cleanup(layers_fd_.get(), scratch->first);
-  UniqueFd& scratch_fd = scratch->second;
+  auto guard = HUTCH_TRY(store_lock(LOCK_SH));
+  auto scratch = HUTCH_TRY(make_scratch_dir());
+  ScratchGuard cleanup(layers_fd_.get(), scratch.first);
+  UniqueFd& scratch_fd = scratch.second;
 
-  auto copied = copy_tree(src_dir_fd, scratch_fd.get(), "tree");
-  if (!copied) return std::unexpected(copied.error());
+  auto copied = HUTCH_TRY(copy_tree(src_dir_fd, scratch_fd.get(), "tree"));
   // The digest is taken from the copy, the bytes that will actually serve.
   UniqueFd tree(openat(scratch_fd.get(), "tree", kDirFlags));
-  if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch->first + "/tree");
-  auto digest = digest_tree(tree.get());
-  if (!digest) return std::unexpected(digest.error());
-  auto info = finish_layer(scratch->first, scratch_fd.get(), *digest, copied->bytes, manifest);
+  if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch.first + "/tree");
+  auto digest = HUTCH_TRY(digest_tree(tree.get()));
+  auto info = finish_layer(scratch.first, scratch_fd.get(), digest, copied.bytes, manifest);
   if (info) cleanup.release();
   return info;
 }
 
 Result<LayerInfo> LayerStore::adopt_tree(const std::string& dir_path,
                                          const LayerManifest& manifest) {
-  auto guard = store_lock(LOCK_SH);
-  if (!guard) return std::unexpected(guard.error());
+  auto guard = HUTCH_TRY(store_lock(LOCK_SH));
   UniqueFd source(::open(dir_path.c_str(), kDirFlags));
   if (!source) return sys_error("open", dir_path);
-  auto digest = digest_tree_with_size(source.get());
-  if (!digest) return std::unexpected(digest.error());
+  auto digest = HUTCH_TRY(digest_tree_with_size(source.get()));
 
-  auto scratch = make_scratch_dir();
-  if (!scratch) return std::unexpected(scratch.error());
-  ScratchGuard cleanup(layers_fd_.get(), scratch->first);
-  UniqueFd& scratch_fd = scratch->second;
+  auto scratch = HUTCH_TRY(make_scratch_dir());
+  ScratchGuard cleanup(layers_fd_.get(), scratch.first);
+  UniqueFd& scratch_fd = scratch.second;
   if (renameat(AT_FDCWD, dir_path.c_str(), scratch_fd.get(), "tree") != 0) {
     if (errno != EXDEV) return sys_error("rename", dir_path + " into " + state_dir_ + "/layers");
     // Another filesystem: copy, then remove the original so the contract (dir_path consumed)
     // holds either way.
-    auto copied = copy_tree(source.get(), scratch_fd.get(), "tree");
-    if (!copied) return std::unexpected(copied.error());
+    HUTCH_TRY(copy_tree(source.get(), scratch_fd.get(), "tree"));
     std::filesystem::path path = std::filesystem::path(dir_path).lexically_normal();
     if (!path.has_filename()) path = path.parent_path();  // "a/b/" normalizes to "a/b/"
     const std::string parent = path.has_parent_path() ? path.parent_path().string() : ".";
     UniqueFd parent_fd(::open(parent.c_str(), kDirFlags));
     if (!parent_fd) return sys_error("open", parent);
-    if (auto removed = remove_tree(parent_fd.get(), path.filename().string()); !removed) {
-      return std::unexpected(removed.error());
-    }
+    HUTCH_TRY(remove_tree(parent_fd.get(), path.filename().string()));
   } else {
     // Moved, not copied: overlayfs's bookkeeping in the upper (origin, impure, ...) is removed
     // here, as the copy would have left it out (tree_copy.h).
     UniqueFd tree(openat(scratch_fd.get(), "tree", kDirFlags));
-    if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch->first + "/tree");
-    if (auto stripped = strip_overlay_xattrs(tree.get()); !stripped)
-      return std::unexpected(stripped.error());
+    if (!tree) return sys_error("openat", state_dir_ + "/layers/" + scratch.first + "/tree");
+    HUTCH_TRY(strip_overlay_xattrs(tree.get()));
   }
-  auto info =
-      finish_layer(scratch->first, scratch_fd.get(), digest->digest, digest->bytes, manifest);
+  auto info = finish_layer(scratch.first, scratch_fd.get(), digest.digest, digest.bytes, manifest);
   if (info) cleanup.release();
   return info;
 }
@@ -213,76 +196,63 @@ Result<LayerInfo> LayerStore::finish_layer(const std::string& scratch, int scrat
                                            const LayerManifest& manifest) {
   LayerManifest written;
   for (const std::string& parent : manifest.parents) {
-    auto hex = digest_hex(parent);
-    if (!hex) return std::unexpected(hex.error());
-    written.parents.push_back("sha256:" + *hex);
+    auto hex = HUTCH_TRY(digest_hex(parent));
+    written.parents.push_back("sha256:" + hex);
   }
-  auto digest = layer_digest(tree_digest, written.parents);
-  if (!digest) return std::unexpected(digest.error());
-  written.digest = *digest;
+  auto digest = HUTCH_TRY(layer_digest(tree_digest, written.parents));
+  written.digest = digest;
   written.tree_digest = tree_digest;
   written.created = static_cast<int64_t>(std::time(nullptr));
   written.size = size;
   written.built_by = manifest.built_by;
   written.cache_key = manifest.cache_key;
   written.base = manifest.base;
-  const std::string hex = digest->substr(7);
+  const std::string hex = digest.substr(7);
   const std::string final_path = state_dir_ + "/layers/" + hex;
 
   const std::string scratch_path = state_dir_ + "/layers/" + scratch;
-  if (auto made = hutch::make_erofs_image(scratch_path + "/tree", scratch_path + "/layer.erofs");
-      !made) {
-    return std::unexpected(made.error());
-  }
-  if (auto wrote = write_new_file(scratch_fd, "manifest", format_manifest(written)); !wrote) {
-    return std::unexpected(wrote.error());
-  }
+  HUTCH_TRY(hutch::make_erofs_image(scratch_path + "/tree", scratch_path + "/layer.erofs"));
+  HUTCH_TRY(write_new_file(scratch_fd, "manifest", format_manifest(written)));
   // One syncfs instead of an fsync per file: the tree must be durable before its final name is.
   if (syncfs(scratch_fd) != 0) return sys_error("syncfs", state_dir_ + "/layers/" + scratch);
   if (renameat(layers_fd_.get(), scratch.c_str(), layers_fd_.get(), hex.c_str()) != 0) {
     if (errno != EEXIST && errno != ENOTEMPTY) return sys_error("rename", final_path);
     // Same content, same parents: the layer is already here. Restart its gc grace, since the
     // caller is about to reference it.
-    if (auto removed = remove_tree(layers_fd_.get(), scratch); !removed) {
-      return std::unexpected(removed.error());
-    }
+    HUTCH_TRY(remove_tree(layers_fd_.get(), scratch));
     if (utimensat(layers_fd_.get(), hex.c_str(), nullptr, 0) != 0) {
       return sys_error("utimensat", final_path);
     }
     return get(written.digest);
   }
-  if (auto synced = fsync_dir(layers_fd_.get(), state_dir_ + "/layers"); !synced) {
-    return std::unexpected(synced.error());
-  }
+  HUTCH_TRY(fsync_dir(layers_fd_.get(), state_dir_ + "/layers"));
   return LayerInfo{written.digest, final_path + "/tree", written};
 }
 
 Result<LayerInfo> LayerStore::get(std::string_view digest) const {
-  auto hex = digest_hex(digest);
-  if (!hex) return std::unexpected(hex.error());
-  auto text = read_small_file(layers_fd_.get(), *hex + "/manifest");
+  auto hex = HUTCH_TRY(digest_hex(digest));
+  auto text = read_small_file(layers_fd_.get(), hex + "/manifest");
   if (!text) {
-    if (text.error().err == ENOENT) return sys_error("layer", "sha256:" + *hex, ENOENT);
+    if (text.error().err == ENOENT) return sys_error("layer", "sha256:" + hex, ENOENT);
     return std::unexpected(text.error());
   }
   auto manifest = parse_manifest(*text);
   if (!manifest) {
     manifest.error().detail =
-        state_dir_ + "/layers/" + *hex + "/manifest: " + manifest.error().detail;
+        state_dir_ + "/layers/" + hex + "/manifest: " + manifest.error().detail;
     return std::unexpected(manifest.error());
   }
-  if (manifest->digest != "sha256:" + *hex) {
+  if (manifest->digest != "sha256:" + hex) {
     return plain_error("layer",
-                       state_dir_ + "/layers/" + *hex + " has manifest digest " + manifest->digest);
+                       state_dir_ + "/layers/" + hex + " has manifest digest " + manifest->digest);
   }
-  return LayerInfo{manifest->digest, tree_path(*hex), std::move(*manifest)};
+  return LayerInfo{manifest->digest, tree_path(hex), std::move(*manifest)};
 }
 
 Result<std::vector<LayerInfo>> LayerStore::list() const {
-  auto names = read_dir_names(layers_fd_.get());
-  if (!names) return std::unexpected(names.error());
+  auto names = HUTCH_TRY(read_dir_names(layers_fd_.get()));
   std::vector<LayerInfo> layers;
-  for (const std::string& name : *names) {
+  for (const std::string& name : names) {
     if (!is_layer_name(name)) continue;  // .incoming-* and strays
     auto info = get(name);
     if (!info) {
@@ -308,29 +278,26 @@ std::string LayerStore::tree_path(std::string_view digest) const {
 }
 
 Result<void> LayerStore::tag(std::string_view name, std::string_view digest) {
-  if (auto valid = validate_name(name); !valid) return valid;
-  auto hex = digest_hex(digest);
-  if (!hex) return std::unexpected(hex.error());
-  auto guard = store_lock(LOCK_SH);
-  if (!guard) return std::unexpected(guard.error());
-  if (auto layer = get(*hex); !layer) return std::unexpected(layer.error());
-  auto temp = new_scratch_name();
-  if (!temp) return std::unexpected(temp.error());
-  if (auto wrote = write_new_file(tags_fd_.get(), *temp, "sha256:" + *hex + "\n"); !wrote) {
-    (void)unlinkat(tags_fd_.get(), temp->c_str(), 0);
+  HUTCH_TRY(validate_name(name));
+  auto hex = HUTCH_TRY(digest_hex(digest));
+  auto guard = HUTCH_TRY(store_lock(LOCK_SH));
+  HUTCH_TRY(get(hex));
+  auto temp = HUTCH_TRY(new_scratch_name());
+  if (auto wrote = write_new_file(tags_fd_.get(), temp, "sha256:" + hex + "\n"); !wrote) {
+    (void)unlinkat(tags_fd_.get(), temp.c_str(), 0);
     return wrote;
   }
   const std::string tag_name(name);
-  if (renameat(tags_fd_.get(), temp->c_str(), tags_fd_.get(), tag_name.c_str()) != 0) {
+  if (renameat(tags_fd_.get(), temp.c_str(), tags_fd_.get(), tag_name.c_str()) != 0) {
     int err = errno;
-    (void)unlinkat(tags_fd_.get(), temp->c_str(), 0);
+    (void)unlinkat(tags_fd_.get(), temp.c_str(), 0);
     return sys_error("rename", state_dir_ + "/tags/" + tag_name, err);
   }
   return fsync_dir(tags_fd_.get(), state_dir_ + "/tags");
 }
 
 Result<std::optional<std::string>> LayerStore::resolve_tag(std::string_view name) const {
-  if (auto valid = validate_name(name); !valid) return std::unexpected(valid.error());
+  HUTCH_TRY(validate_name(name));
   auto text = read_small_file(tags_fd_.get(), std::string(name));
   if (!text) {
     if (text.error().err == ENOENT) return std::nullopt;
@@ -346,20 +313,18 @@ Result<std::optional<std::string>> LayerStore::resolve_tag(std::string_view name
 }
 
 Result<std::vector<std::pair<std::string, std::string>>> LayerStore::tags() const {
-  auto names = read_dir_names(tags_fd_.get());
-  if (!names) return std::unexpected(names.error());
+  auto names = HUTCH_TRY(read_dir_names(tags_fd_.get()));
   std::vector<std::pair<std::string, std::string>> tags;
-  for (const std::string& name : *names) {
+  for (const std::string& name : names) {
     if (!validate_name(name)) continue;  // temp files and strays
-    auto digest = resolve_tag(name);
-    if (!digest) return std::unexpected(digest.error());
-    if (*digest) tags.emplace_back(name, **digest);
+    auto digest = HUTCH_TRY(resolve_tag(name));
+    if (digest) tags.emplace_back(name, *digest);
   }
   return tags;
 }
 
 Result<void> LayerStore::untag(std::string_view name) {
-  if (auto valid = validate_name(name); !valid) return valid;
+  HUTCH_TRY(validate_name(name));
   const std::string tag_name(name);
   if (unlinkat(tags_fd_.get(), tag_name.c_str(), 0) != 0) {
     return sys_error("unlink", state_dir_ + "/tags/" + tag_name);
@@ -369,17 +334,16 @@ Result<void> LayerStore::untag(std::string_view name) {
 
 Result<std::optional<std::string>> LayerStore::find_by_cache_key(std::string_view key) const {
   if (key.empty()) return std::nullopt;
-  auto layers = list();
-  if (!layers) return std::unexpected(layers.error());
+  auto layers = HUTCH_TRY(list());
   // list() is oldest first: the last match is the newest.
-  for (auto it = layers->rbegin(); it != layers->rend(); ++it) {
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     if (it->manifest.cache_key == key) return it->digest;
   }
   return std::nullopt;
 }
 
 Result<UniqueFd> LayerStore::lock(std::string_view name) {
-  if (auto valid = validate_name(name); !valid) return std::unexpected(valid.error());
+  HUTCH_TRY(validate_name(name));
   const std::string file = std::string(name) + ".lock";
   UniqueFd fd(
       openat(locks_fd_.get(), file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -392,27 +356,23 @@ Result<UniqueFd> LayerStore::lock(std::string_view name) {
 
 Result<std::vector<std::string>> LayerStore::gc(const std::vector<std::string>& in_use_digests,
                                                 std::chrono::seconds grace) {
-  auto guard = store_lock(LOCK_EX);
-  if (!guard) return std::unexpected(guard.error());
+  auto guard = HUTCH_TRY(store_lock(LOCK_EX));
   return collect_garbage(in_use_digests, grace);
 }
 
 Result<std::vector<std::string>> LayerStore::collect_garbage(const std::vector<std::string>& in_use,
                                                              std::chrono::seconds grace) {
-  auto layers = list();
-  if (!layers) return std::unexpected(layers.error());
+  auto layers = HUTCH_TRY(list());
   std::map<std::string, const LayerInfo*> by_digest;
-  for (const LayerInfo& layer : *layers) by_digest.emplace(layer.digest, &layer);
+  for (const LayerInfo& layer : layers) by_digest.emplace(layer.digest, &layer);
 
   std::deque<std::string> pending;
   for (const std::string& digest : in_use) {
-    auto hex = digest_hex(digest);
-    if (!hex) return std::unexpected(hex.error());
-    pending.push_back("sha256:" + *hex);
+    auto hex = HUTCH_TRY(digest_hex(digest));
+    pending.push_back("sha256:" + hex);
   }
-  auto tags = this->tags();
-  if (!tags) return std::unexpected(tags.error());
-  for (const auto& [name, digest] : *tags) pending.push_back(digest);
+  auto tags = HUTCH_TRY(this->tags());
+  for (const auto& [name, digest] : tags) pending.push_back(digest);
   std::set<std::string> reachable;
   while (!pending.empty()) {
     std::string digest = std::move(pending.front());
@@ -425,31 +385,26 @@ Result<std::vector<std::string>> LayerStore::collect_garbage(const std::vector<s
 
   const time_t cutoff = std::time(nullptr) - static_cast<time_t>(grace.count());
   std::vector<std::string> removed;
-  for (const LayerInfo& layer : *layers) {
+  for (const LayerInfo& layer : layers) {
     if (reachable.contains(layer.digest)) continue;
     const std::string hex = layer.digest.substr(7);
     struct stat st;
     if (fstatat(layers_fd_.get(), hex.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (st.st_mtime > cutoff) continue;  // just added: its tag may be on the way
-    if (auto gone = remove_layer(hex); !gone) return std::unexpected(gone.error());
+    HUTCH_TRY(remove_layer(hex));
     removed.push_back(layer.digest);
   }
 
-  if (auto swept = remove_abandoned_scratch(layers_fd_.get()); !swept) {
-    return std::unexpected(swept.error());
-  }
-  if (auto swept = remove_abandoned_scratch(tags_fd_.get()); !swept) {
-    return std::unexpected(swept.error());
-  }
+  HUTCH_TRY(remove_abandoned_scratch(layers_fd_.get()));
+  HUTCH_TRY(remove_abandoned_scratch(tags_fd_.get()));
   return removed;
 }
 
 Result<void> LayerStore::remove_abandoned_scratch(int dir_fd) const {
-  auto names = read_dir_names(dir_fd);
-  if (!names) return std::unexpected(names.error());
-  for (const std::string& name : *names) {
+  auto names = HUTCH_TRY(read_dir_names(dir_fd));
+  for (const std::string& name : names) {
     if (!name.starts_with(kScratchPrefix) || !scratch_abandoned(name)) continue;
-    if (auto gone = remove_tree(dir_fd, name); !gone) return gone;
+    HUTCH_TRY(remove_tree(dir_fd, name));
   }
   return {};
 }
@@ -457,37 +412,32 @@ Result<void> LayerStore::remove_abandoned_scratch(int dir_fd) const {
 Result<void> LayerStore::remove_layer(const std::string& hex) {
   // Out of its final name first, so a crash mid-removal leaves an `.incoming-*` leftover for the
   // next gc rather than a half layer.
-  auto scratch = new_scratch_name();
-  if (!scratch) return std::unexpected(scratch.error());
-  if (renameat(layers_fd_.get(), hex.c_str(), layers_fd_.get(), scratch->c_str()) != 0) {
+  auto scratch = HUTCH_TRY(new_scratch_name());
+  if (renameat(layers_fd_.get(), hex.c_str(), layers_fd_.get(), scratch.c_str()) != 0) {
     if (errno == ENOENT) return {};
     return sys_error("rename", state_dir_ + "/layers/" + hex);
   }
-  if (auto synced = fsync_dir(layers_fd_.get(), state_dir_ + "/layers"); !synced) return synced;
-  return remove_tree(layers_fd_.get(), *scratch);
+  HUTCH_TRY(fsync_dir(layers_fd_.get(), state_dir_ + "/layers"));
+  return remove_tree(layers_fd_.get(), scratch);
 }
 
 Result<void> LayerStore::remove(std::string_view digest) {
-  auto hex = digest_hex(digest);
-  if (!hex) return std::unexpected(hex.error());
-  const std::string full = "sha256:" + *hex;
-  auto guard = store_lock(LOCK_EX);
-  if (!guard) return std::unexpected(guard.error());
-  if (auto layer = get(full); !layer) return std::unexpected(layer.error());
-  auto tags = this->tags();
-  if (!tags) return std::unexpected(tags.error());
-  for (const auto& [name, target] : *tags) {
+  auto hex = HUTCH_TRY(digest_hex(digest));
+  const std::string full = "sha256:" + hex;
+  auto guard = HUTCH_TRY(store_lock(LOCK_EX));
+  HUTCH_TRY(get(full));
+  auto tags = HUTCH_TRY(this->tags());
+  for (const auto& [name, target] : tags) {
     if (target == full) return plain_error("remove layer", full + " is tagged as " + name);
   }
-  auto layers = list();
-  if (!layers) return std::unexpected(layers.error());
-  for (const LayerInfo& layer : *layers) {
+  auto layers = HUTCH_TRY(list());
+  for (const LayerInfo& layer : layers) {
     const auto& parents = layer.manifest.parents;
     if (std::find(parents.begin(), parents.end(), full) != parents.end()) {
       return plain_error("remove layer", full + " is a parent of " + layer.digest);
     }
   }
-  return remove_layer(*hex);
+  return remove_layer(hex);
 }
 
 }  // namespace hutch::layers

@@ -81,31 +81,28 @@ Result<LayerManifest> parse_manifest(std::string_view text) {
       return plain_error("parse manifest", "no '=' in \"" + std::string(line) + "\"");
     }
     std::string_view key = line.substr(0, equals);
-    auto value = unescape(line.substr(equals + 1));
-    if (!value) return std::unexpected(value.error());
+    auto value = HUTCH_TRY(unescape(line.substr(equals + 1)));
     if (key == "version") {
-      if (*value != kVersion) return plain_error("parse manifest", "unknown version " + *value);
+      if (value != kVersion) return plain_error("parse manifest", "unknown version " + value);
       versioned = true;
     } else if (key == "digest") {
-      manifest.digest = std::move(*value);
+      manifest.digest = std::move(value);
     } else if (key == "tree_digest") {
-      manifest.tree_digest = std::move(*value);
+      manifest.tree_digest = std::move(value);
     } else if (key == "parent") {
-      manifest.parents.push_back(std::move(*value));
+      manifest.parents.push_back(std::move(value));
     } else if (key == "created") {
-      auto created = parse_number<int64_t>(key, *value);
-      if (!created) return std::unexpected(created.error());
-      manifest.created = *created;
+      auto created = HUTCH_TRY(parse_number<int64_t>(key, value));
+      manifest.created = created;
     } else if (key == "size") {
-      auto size = parse_number<uint64_t>(key, *value);
-      if (!size) return std::unexpected(size.error());
-      manifest.size = *size;
+      auto size = HUTCH_TRY(parse_number<uint64_t>(key, value));
+      manifest.size = size;
     } else if (key == "built_by") {
-      manifest.built_by = std::move(*value);
+      manifest.built_by = std::move(value);
     } else if (key == "cache_key") {
-      manifest.cache_key = std::move(*value);
+      manifest.cache_key = std::move(value);
     } else if (key == "base") {
-      manifest.base = std::move(*value);
+      manifest.base = std::move(value);
     }
   }
   if (!versioned) return plain_error("parse manifest", "no version line");

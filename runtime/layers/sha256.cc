@@ -36,10 +36,9 @@ std::string Sha256::finish_hex() {
 }
 
 Result<std::string> sha256_digest(std::string_view bytes) {
-  auto hasher = Sha256::create();
-  if (!hasher) return std::unexpected(hasher.error());
-  hasher->update(bytes);
-  return "sha256:" + hasher->finish_hex();
+  auto hasher = HUTCH_TRY(Sha256::create());
+  hasher.update(bytes);
+  return "sha256:" + hasher.finish_hex();
 }
 
 }  // namespace hutch::layers

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_io.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_io.h"
+#include "runtime/layers/sha256.h"
 
 namespace hutch::layers {
 namespace {
@@ -50,20 +50,19 @@ class Digester {
   }
 
   Result<void> walk(int dir_fd, const std::string& rel) {
-    auto names = read_dir_names(dir_fd);
-    if (!names) return std::unexpected(names.error());
-    for (const std::string& name : *names) {
+    auto names = HUTCH_TRY(read_dir_names(dir_fd));
+    for (const std::string& name : names) {
       const std::string child_rel = rel.empty() ? name : rel + "/" + name;
       struct stat st;
       if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return sys_error("fstatat", child_rel);
       }
-      if (auto recorded = record(dir_fd, name, child_rel, st); !recorded) return recorded;
+      HUTCH_TRY(record(dir_fd, name, child_rel, st));
       if (S_ISDIR(st.st_mode)) {
         UniqueFd child(
             open_noatime(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
         if (!child) return sys_error("openat", child_rel);
-        if (auto walked = walk(child.get(), child_rel); !walked) return walked;
+        HUTCH_TRY(walk(child.get(), child_rel));
       }
     }
     return {};
@@ -87,9 +86,8 @@ class Digester {
     field(std::to_string(st.st_gid));
     if (S_ISREG(st.st_mode)) {
       field(std::to_string(st.st_size));
-      auto content = hash_content(dir_fd, name, rel);
-      if (!content) return std::unexpected(content.error());
-      field(*content);
+      auto content = HUTCH_TRY(hash_content(dir_fd, name, rel));
+      field(content);
       bytes_ += static_cast<uint64_t>(st.st_size);
     } else if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
@@ -100,12 +98,11 @@ class Digester {
     } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
       field(std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)));
     }
-    auto xattrs = read_xattrs(dir_fd, name);
-    if (!xattrs) return std::unexpected(xattrs.error());
+    auto xattrs = HUTCH_TRY(read_xattrs(dir_fd, name));
     // What a copy into the store keeps (tree_copy.h), so a bake's upper digests as its copy does.
-    drop_overlay_xattrs(*xattrs, OverlayXattrs::kOpaqueOnly);
-    field(std::to_string(xattrs->size()));
-    for (const auto& [key, value] : *xattrs) {
+    drop_overlay_xattrs(xattrs, OverlayXattrs::kOpaqueOnly);
+    field(std::to_string(xattrs.size()));
+    for (const auto& [key, value] : xattrs) {
       field(key);
       field(value);
     }
@@ -119,8 +116,7 @@ class Digester {
   Result<std::string> hash_content(int dir_fd, const std::string& name, const std::string& rel) {
     UniqueFd fd(open_noatime(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd) return sys_error("openat", rel);
-    auto content = Sha256::create();
-    if (!content) return std::unexpected(content.error());
+    auto content = HUTCH_TRY(Sha256::create());
     if (buffer_.empty()) buffer_.resize(1 << 20);
     // Holes hash as the zeros they read as, without reading them (SEEK_DATA/SEEK_HOLE).
     static const std::string kZeros(1 << 20, '\0');
@@ -134,7 +130,7 @@ class Digester {
       }
       while (offset < data) {
         size_t chunk = static_cast<size_t>(std::min<off_t>(data - offset, kZeros.size()));
-        content->update(std::string_view(kZeros.data(), chunk));
+        content.update(std::string_view(kZeros.data(), chunk));
         offset += static_cast<off_t>(chunk);
       }
       ssize_t got = pread(fd.get(), buffer_.data(), buffer_.size(), offset);
@@ -143,10 +139,10 @@ class Digester {
         return sys_error("pread", rel);
       }
       if (got == 0) break;
-      content->update(std::string_view(buffer_.data(), static_cast<size_t>(got)));
+      content.update(std::string_view(buffer_.data(), static_cast<size_t>(got)));
       offset += got;
     }
-    return content->finish_hex();
+    return content.finish_hex();
   }
 
   Sha256 hasher_;
@@ -161,19 +157,17 @@ Result<TreeDigest> digest_tree_with_size(int dir_fd) {
   struct stat st;
   if (fstat(dir_fd, &st) != 0) return sys_error("fstat", "digest root");
   if (!S_ISDIR(st.st_mode)) return plain_error("digest tree", "the root is not a directory");
-  auto hasher = Sha256::create();
-  if (!hasher) return std::unexpected(hasher.error());
-  Digester digester(std::move(*hasher));
+  auto hasher = HUTCH_TRY(Sha256::create());
+  Digester digester(std::move(hasher));
   digester.field("hutch-tree-v1");
-  if (auto root = digester.record(dir_fd, "", ".", st); !root) return std::unexpected(root.error());
-  if (auto walked = digester.walk(dir_fd, ""); !walked) return std::unexpected(walked.error());
+  HUTCH_TRY(digester.record(dir_fd, "", ".", st));
+  HUTCH_TRY(digester.walk(dir_fd, ""));
   return TreeDigest{digester.finish(), digester.bytes()};
 }
 
 Result<std::string> digest_tree(int dir_fd) {
-  auto digest = digest_tree_with_size(dir_fd);
-  if (!digest) return std::unexpected(digest.error());
-  return std::move(digest->digest);
+  auto digest = HUTCH_TRY(digest_tree_with_size(dir_fd));
+  return std::move(digest.digest);
 }
 
 }  // namespace hutch::layers

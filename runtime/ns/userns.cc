@@ -34,7 +34,7 @@ Result<void> write_id_maps(pid_t pid, const IdMap& ids) {
   const std::string map =
       "0 " + std::to_string(ids.host_base) + " " + std::to_string(ids.count) + "\n";
   const std::string proc = "/proc/" + std::to_string(pid);
-  if (auto r = write_file(proc + "/uid_map", map); !r) return r;
+  HUTCH_TRY(write_file(proc + "/uid_map", map));
   return write_file(proc + "/gid_map", map);
 }
 
@@ -45,12 +45,14 @@ Result<UniqueFd> open_userns(pid_t pid) {
   return fd;
 }
 
-int forbid_nested_userns() {
-  int fd = open("/proc/sys/user/max_user_namespaces", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = write(fd, "0\n", 2) == 2 ? 0 : errno;
+bool forbid_nested_userns(const ChildPlan&, ChildError* error) {
+  constexpr const char* kPath = "/proc/sys/user/max_user_namespaces";
+  int fd = open(kPath, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return child_failure(error, "write", kPath, errno);
+  const int err = write(fd, "0\n", 2) == 2 ? 0 : errno;
   close(fd);
-  return err;
+  if (err != 0) return child_failure(error, "write", kPath, err);
+  return true;
 }
 
 }  // namespace hutch

@@ -3,9 +3,10 @@
 
 #include <sys/types.h>
 
+#include "runtime/base/child_plan.h"
 #include "runtime/base/error.h"
-#include "runtime/spec.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/spec.h"
 
 namespace hutch {
 
@@ -18,8 +19,9 @@ Result<void> write_id_maps(pid_t pid, const IdMap& ids);
 // An fd of the child's user namespace, for idmapped mounts.
 Result<UniqueFd> open_userns(pid_t pid);
 
-// Limits the calling process's user namespace to zero nested namespaces
-// (user.max_user_namespaces, per namespace since Linux 4.9). Async-signal-safe; returns errno.
-int forbid_nested_userns();
+// Child step (ChildStep): limits the child's user namespace to zero nested namespaces
+// (user.max_user_namespaces, per namespace since Linux 4.9), through the host's /proc before the
+// child detaches it.
+bool forbid_nested_userns(const ChildPlan& plan, ChildError* error);
 
 }  // namespace hutch

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "runtime/base/child_error.h"
+#include "runtime/base/passed_fds.h"
 
 namespace hutch {
 
@@ -15,6 +16,9 @@ struct SyncMessage {
     kFailure,        // child -> parent: a step failed (error)
     kWorkloadExit,   // init -> parent: the workload ended (exit_code or term_signal)
     kServing,        // init -> parent: a live sandbox's init accepts exec requests
+    // workload -> parent: execve of argv failed (error, step "execve"): the workload's start
+    // failed (exit 126/127), not the runtime (youki's ExecFailed)
+    kExecFailed,
   };
   enum class From : uint32_t { kParent, kInit, kWorkload };
   Kind kind;
@@ -23,8 +27,6 @@ struct SyncMessage {
   int32_t term_signal;
   ChildError error;
 };
-
-constexpr int kMaxPassedFds = 8;
 
 // One message of `size` bytes with `fd_count` fds (SCM_RIGHTS) on a SOCK_SEQPACKET socket;
 // retried on EINTR. Returns 0 or errno. Async-signal-safe.

@@ -14,9 +14,9 @@
 #include "runtime/fs/erofs.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/sandbox.h"
 
 extern const char kHostRootfsList[];
@@ -69,7 +69,7 @@ Result<UniqueFd> open_recipe_copies() {
 // Removes the copies of bakes that died (kill -9): their names carry the owner's pid and start
 // time, as the store's scratch dirs do.
 Result<void> remove_abandoned_copies(int copies_fd) {
-  auto names = HUTCH_TRY(layers::read_dir_names(copies_fd));
+  auto names = HUTCH_TRY(read_dir_names(copies_fd));
   for (const std::string& name : names) {
     auto owner = layers::parse_scratch_name(name);
     if (!owner) continue;
@@ -79,7 +79,7 @@ Result<void> remove_abandoned_copies(int copies_fd) {
     const bool dead = !state || state->start_time != owner->start_time || state->state == 'Z' ||
                       state->state == 'X';
     if (!dead) continue;
-    if (auto removed = layers::remove_tree(copies_fd, name); !removed) return removed;
+    if (auto removed = remove_tree(copies_fd, name); !removed) return removed;
   }
   return {};
 }
@@ -94,7 +94,7 @@ Result<void> copy_recipe_dir(const std::string& source, const ScratchDir& scratc
   if (!src) return sys_error("open", "recipe dir " + source);
   UniqueFd dst(open(scratch.path().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dst) return sys_error("open", scratch.path());
-  HUTCH_TRY(layers::copy_tree(src.get(), dst.get(), "recipe"));
+  HUTCH_TRY(copy_tree(src.get(), dst.get(), "recipe"));
   std::error_code error;
   // recursive_directory_iterator does not follow symlinks; lchown changes a link, not its target.
   for (fs::recursive_directory_iterator it(scratch.path(), error), end; !error && it != end;

@@ -13,7 +13,8 @@ namespace hutch {
 
 int last_capability() { return static_cast<int>(cap_max_bits()) - 1; }
 
-int drop_bounding_and_lock_securebits(int last_cap, uint64_t keep, const char** failed_step) {
+bool drop_bounding_and_lock_securebits(const ChildPlan& plan, ChildError* error) {
+  const uint64_t keep = plan.capabilities;
   // NOROOT: uid 0 gains nothing at execve; NO_SETUID_FIXUP: setuid neither grants nor keeps;
   // each flag locked so the workload cannot undo it. Ambient raising stays possible only when
   // capabilities are kept (set_capabilities raises them; the bounding set caps what it can).
@@ -23,23 +24,21 @@ int drop_bounding_and_lock_securebits(int last_cap, uint64_t keep, const char** 
   constexpr unsigned long kNoAmbient =
       SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
   if (prctl(PR_SET_SECUREBITS, kSecurebits | (keep == 0 ? kNoAmbient : 0), 0, 0, 0) != 0) {
-    *failed_step = "prctl(PR_SET_SECUREBITS)";
-    return errno;
+    return child_failure(error, "prctl(PR_SET_SECUREBITS)", "", errno);
   }
-  for (int cap = 0; cap <= last_cap; ++cap) {
+  for (int cap = 0; cap <= plan.last_cap; ++cap) {
     if (cap < 64 && (keep >> cap & 1)) continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-      *failed_step = "prctl(PR_CAPBSET_DROP)";
-      return errno;
+      return child_failure(error, "prctl(PR_CAPBSET_DROP)", "", errno);
     }
   }
-  return 0;
+  return true;
 }
 
-int set_capabilities(uint64_t keep, const char** failed_step) {
+bool set_capabilities(const ChildPlan& plan, ChildError* error) {
+  const uint64_t keep = plan.capabilities;
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
-    *failed_step = "prctl(PR_CAP_AMBIENT_CLEAR_ALL)";
-    return errno;
+    return child_failure(error, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)", "", errno);
   }
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
@@ -48,17 +47,16 @@ int set_capabilities(uint64_t keep, const char** failed_step) {
     data[word] = {bits, bits, bits};  // effective, permitted, inheritable
   }
   if (syscall(SYS_capset, &header, data) != 0) {
-    *failed_step = keep == 0 ? "capset(all empty)" : "capset(kept capabilities)";
-    return errno;
+    return child_failure(error, keep == 0 ? "capset(all empty)" : "capset(kept capabilities)", "",
+                         errno);
   }
   for (int cap = 0; cap < 64; ++cap) {
     if (!(keep >> cap & 1)) continue;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) {
-      *failed_step = "prctl(PR_CAP_AMBIENT_RAISE)";
-      return errno;
+      return child_failure(error, "prctl(PR_CAP_AMBIENT_RAISE)", "", errno);
     }
   }
-  return 0;
+  return true;
 }
 
 }  // namespace hutch

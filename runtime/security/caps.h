@@ -7,19 +7,21 @@
 
 #include <cstdint>
 
+#include "runtime/base/child_plan.h"
+
 namespace hutch {
 
 // The highest capability number the running kernel knows (libcap's cap_max_bits - 1).
 // Call in the parent; the child receives the number.
 int last_capability();
 
-// Drops every capability not in `keep` (a bit per capability number) from the bounding set and
-// locks the securebits. Needs CAP_SETPCAP, so it runs before the uid switch's own capability
-// loss. Async-signal-safe. Returns 0 or errno; *failed_step names the call that failed.
-int drop_bounding_and_lock_securebits(int last_cap, uint64_t keep, const char** failed_step);
+// Child steps (ChildStep). Drops every capability not in plan.capabilities (a bit per capability
+// number, up to plan.last_cap) from the bounding set and locks the securebits. Needs
+// CAP_SETPCAP, so it runs before the uid switch's own capability loss.
+bool drop_bounding_and_lock_securebits(const ChildPlan& plan, ChildError* error);
 
-// Sets effective, permitted and inheritable to `keep` and raises the same as ambient, so that
-// they survive execve (0: all sets empty). Async-signal-safe.
-int set_capabilities(uint64_t keep, const char** failed_step);
+// Sets effective, permitted and inheritable to plan.capabilities and raises the same as ambient,
+// so that they survive execve (0: all sets empty).
+bool set_capabilities(const ChildPlan& plan, ChildError* error);
 
 }  // namespace hutch

@@ -46,9 +46,8 @@ Result<std::vector<scmp_arg_cmp>> to_scmp(const ConditionalRule& rule) {
 
 Result<void> add_rule(scmp_filter_ctx ctx, uint32_t action, const std::string& name,
                       const std::vector<scmp_arg_cmp>& cmps) {
-  auto nr = resolve(name);
-  if (!nr) return std::unexpected(nr.error());
-  int rc = seccomp_rule_add_array(ctx, action, *nr, cmps.size(), cmps.data());
+  auto nr = HUTCH_TRY(resolve(name));
+  int rc = seccomp_rule_add_array(ctx, action, nr, cmps.size(), cmps.data());
   if (rc < 0) return scmp_error("rule_add", name, rc);
   return {};
 }
@@ -96,55 +95,45 @@ Result<SeccompProgram> compile_seccomp(const SeccompPolicy& policy) {
   }
 
   SeccompProgram program;
-  auto main = new_filter(SCMP_ACT_ERRNO(policy.default_errno));
-  if (!main) return std::unexpected(main.error());
+  auto main = HUTCH_TRY(new_filter(SCMP_ACT_ERRNO(policy.default_errno)));
   for (const std::string& name : policy.allow) {
-    if (auto r = add_rule(main->get(), SCMP_ACT_ALLOW, name, {}); !r)
-      return std::unexpected(r.error());
+    HUTCH_TRY(add_rule(main.get(), SCMP_ACT_ALLOW, name, {}));
   }
   for (const ConditionalRule& rule : policy.allow_if) {
-    auto cmps = to_scmp(rule);
-    if (!cmps) return std::unexpected(cmps.error());
-    if (auto r = add_rule(main->get(), SCMP_ACT_ALLOW, rule.syscall, *cmps); !r) {
-      return std::unexpected(r.error());
-    }
+    auto cmps = HUTCH_TRY(to_scmp(rule));
+    HUTCH_TRY(add_rule(main.get(), SCMP_ACT_ALLOW, rule.syscall, cmps));
   }
   for (const ErrnoRule& rule : policy.errno_rules) {
     for (const std::string& name : rule.syscalls) {
-      if (auto r = add_rule(main->get(), SCMP_ACT_ERRNO(rule.errno_value), name, {}); !r) {
-        return std::unexpected(r.error());
-      }
+      HUTCH_TRY(add_rule(main.get(), SCMP_ACT_ERRNO(rule.errno_value), name, {}));
     }
   }
-  auto main_bpf = export_bpf(main->get());
-  if (!main_bpf) return std::unexpected(main_bpf.error());
-  program.filters.push_back(std::move(*main_bpf));
+  auto main_bpf = HUTCH_TRY(export_bpf(main.get()));
+  program.filters.push_back(std::move(main_bpf));
 
   if (!policy.deny_if.empty()) {
-    auto denials = new_filter(SCMP_ACT_ALLOW);
-    if (!denials) return std::unexpected(denials.error());
+    auto denials = HUTCH_TRY(new_filter(SCMP_ACT_ALLOW));
     for (const ConditionalRule& rule : policy.deny_if) {
-      auto cmps = to_scmp(rule);
-      if (!cmps) return std::unexpected(cmps.error());
-      if (auto r = add_rule(denials->get(), SCMP_ACT_ERRNO(rule.errno_value), rule.syscall, *cmps);
+      auto cmps = HUTCH_TRY(to_scmp(rule));
+      if (auto r = add_rule(denials.get(), SCMP_ACT_ERRNO(rule.errno_value), rule.syscall, cmps);
           !r) {
         return std::unexpected(r.error());
       }
     }
-    auto deny_bpf = export_bpf(denials->get());
-    if (!deny_bpf) return std::unexpected(deny_bpf.error());
-    program.filters.push_back(std::move(*deny_bpf));
+    auto deny_bpf = HUTCH_TRY(export_bpf(denials.get()));
+    program.filters.push_back(std::move(deny_bpf));
   }
   return program;
 }
 
-int load_seccomp(const SeccompProgram& program) {
-  for (const auto& filter : program.filters) {
+bool load_seccomp(const ChildPlan& plan, ChildError* error) {
+  for (const auto& filter : plan.seccomp->filters) {
     sock_fprog prog{static_cast<unsigned short>(filter.size()),
                     const_cast<sock_filter*>(filter.data())};
-    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+      return child_failure(error, "seccomp", "load", errno);
   }
-  return 0;
+  return true;
 }
 
 }  // namespace hutch

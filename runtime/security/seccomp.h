@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/child_plan.h"
 #include "runtime/base/error.h"
 
 namespace hutch {
@@ -51,8 +52,7 @@ struct SeccompProgram {
 
 Result<SeccompProgram> compile_seccomp(const SeccompPolicy& policy);
 
-// Loads every filter. Async-signal-safe: for the child between clone and execve.
-// Returns 0 or the errno of the failing seccomp(2) call.
-int load_seccomp(const SeccompProgram& program);
+// Child step (ChildStep): loads every filter of *plan.seccomp.
+bool load_seccomp(const ChildPlan& plan, ChildError* error);
 
 }  // namespace hutch

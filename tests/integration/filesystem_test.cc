@@ -191,6 +191,31 @@ TEST(Filesystem, BadBindsAreRejected) {
   EXPECT_NE(missing.err.find("/nonexistent-src"), std::string::npos) << missing.err;
 }
 
+// prepare() validates the whole spec before it gives an --upper-dir to the sandbox's root (chown,
+// chmod 0700, upper/ and work/): a refused run leaves the directory as the user had it.
+TEST(Filesystem, ARefusedRunLeavesTheUpperDirUntouched) {
+  HUTCH_REQUIRE_ROOT();
+  const std::vector<std::vector<std::string>> refused = {
+      {"--bind", "/nonexistent-src:/x"},  // a bind source that does not exist
+      {"--workdir", "relative/dir"},      // refused by the mount plan
+  };
+  for (const std::vector<std::string>& options : refused) {
+    TempDir upper;
+    ASSERT_EQ(chown(upper.path().c_str(), 4242, 4343), 0);
+    ASSERT_EQ(chmod(upper.path().c_str(), 0751), 0);
+    std::vector<std::string> all = {"--upper-dir", upper.path()};
+    all.insert(all.end(), options.begin(), options.end());
+    auto r = hutch_sh("true", all);
+    EXPECT_EQ(r.exit_code, 125) << options[0] << ": " << r.err;
+    struct stat st;
+    ASSERT_EQ(stat(upper.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 4242u) << options[0];
+    EXPECT_EQ(st.st_gid, 4343u) << options[0];
+    EXPECT_EQ(st.st_mode & 07777, 0751u) << options[0];
+    EXPECT_TRUE(fs::is_empty(upper.path())) << options[0] << ": no upper/ or work/ made";
+  }
+}
+
 TEST(Filesystem, DiskCapHolds) {
   HUTCH_REQUIRE_ROOT();
   auto r = hutch_sh(

@@ -46,6 +46,18 @@ TEST(Process, CommandNotFoundAndNotExecutableAreShellLike) {
   EXPECT_NE(not_exec.err.find("Permission denied"), std::string::npos) << not_exec.err;
 }
 
+// The workload's execve failing is the workload's start failure (the sync socket's kExecFailed),
+// reported as the shell would (127), never as a runtime failure (125 with an "error" record).
+TEST(Process, AMissingBinaryIsAnExecFailureNotARuntimeError) {
+  HUTCH_REQUIRE_ROOT();
+  auto r = hutch({"run", "--json", "--", "/no/such/binary"});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  const auto record = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(record["exit_code"], 127);
+  EXPECT_FALSE(record.contains("error")) << r.out;
+  EXPECT_EQ(record["start_failure"], "execve(/no/such/binary): No such file or directory");
+}
+
 TEST(Process, StdioPassesThrough) {
   HUTCH_REQUIRE_ROOT();
   CommandOptions options;

@@ -15,7 +15,7 @@
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/proc_stat.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"

@@ -12,7 +12,7 @@
 
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
 
 namespace hutch::testing {
@@ -21,7 +21,7 @@ namespace {
 struct Entry {
   struct stat st;
   std::string content;  // sha256 of file data, or symlink target
-  layers::Xattrs xattrs;
+  Xattrs xattrs;
   std::string link_to;  // first path of the same inode, if any earlier
 };
 
@@ -58,13 +58,13 @@ std::string check(bool ok, const std::string& what) { return ok ? "" : what + ";
 // Path -> entry, read without changing atimes (O_NOATIME) so comparing twice gives one answer.
 std::string scan(int dir_fd, const std::string& rel, std::map<std::string, Entry>& out,
                  std::map<std::pair<dev_t, ino_t>, std::string>& inodes) {
-  auto names = layers::read_dir_names(dir_fd);
+  auto names = read_dir_names(dir_fd);
   if (!names) return names.error().message();
   for (const std::string& name : *names) {
     const std::string path = rel + "/" + name;
     Entry entry;
     if (fstatat(dir_fd, name.c_str(), &entry.st, AT_SYMLINK_NOFOLLOW) != 0) return "stat " + path;
-    auto xattrs = layers::read_xattrs(dir_fd, name);
+    auto xattrs = read_xattrs(dir_fd, name);
     if (!xattrs) return xattrs.error().message();
     entry.xattrs = *xattrs;
     if (!S_ISDIR(entry.st.st_mode)) {
@@ -73,7 +73,7 @@ std::string scan(int dir_fd, const std::string& rel, std::map<std::string, Entry
       if (!inserted) entry.link_to = first->second;
     }
     if (S_ISREG(entry.st.st_mode)) {
-      UniqueFd fd(layers::open_noatime(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      UniqueFd fd(open_noatime(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
       if (!fd) return "open " + path;
       auto content = content_sha256(fd.get(), entry.st.st_size);
       if (!content) return path + ": " + content.error().message();
@@ -86,7 +86,7 @@ std::string scan(int dir_fd, const std::string& rel, std::map<std::string, Entry
     }
     out.emplace(path, std::move(entry));
     if (S_ISDIR(out[path].st.st_mode)) {
-      UniqueFd child(layers::open_noatime(dir_fd, name.c_str(),
+      UniqueFd child(open_noatime(dir_fd, name.c_str(),
                                           O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!child) return "open " + path;
       if (auto failed = scan(child.get(), path, out, inodes); !failed.empty()) return failed;
@@ -96,11 +96,11 @@ std::string scan(int dir_fd, const std::string& rel, std::map<std::string, Entry
 }
 
 std::string scan_root(const std::string& root, std::map<std::string, Entry>& out) {
-  UniqueFd fd(layers::open_noatime(AT_FDCWD, root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd fd(open_noatime(AT_FDCWD, root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return "open " + root;
   Entry entry;
   if (fstat(fd.get(), &entry.st) != 0) return "stat " + root;
-  auto xattrs = layers::read_xattrs(fd.get(), "");
+  auto xattrs = read_xattrs(fd.get(), "");
   if (!xattrs) return xattrs.error().message();
   entry.xattrs = *xattrs;
   out.emplace(".", std::move(entry));

@@ -1,5 +1,5 @@
 // copy_tree on a tree with every kind of entry an overlayfs upper holds: the copy must be exact.
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

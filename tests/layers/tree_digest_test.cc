@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "runtime/fs/overlay_xattr.h"
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 #include "runtime/base/unique_fd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"

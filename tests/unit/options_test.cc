@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "runtime/defaults.h"
 #include "tests/unit/result_util.h"
 
 namespace hutch::cli {
@@ -131,6 +132,9 @@ TEST(ParseEnv, RejectsNul) {
   EXPECT_FALSE(parse_env(std::string("A\0=x", 4)));
 }
 
+// The CLI builds its environment with runtime/defaults.h sandbox_environment: HOME is
+// /home/user for a uid other than 0, as it always was for `hutch run`.
+
 // The keys of a "K=V" list, in order.
 std::vector<std::string> keys(const std::vector<std::string>& env) {
   std::vector<std::string> names;
@@ -146,7 +150,7 @@ std::string value_of(const std::vector<std::string>& env, const std::string& key
 }
 
 TEST(SandboxEnvironment, HasTheDefaults) {
-  const auto env = sandbox_environment({}, 0);
+  const auto env = sandbox_environment(0, {});
   std::vector<std::string> names = keys(env);
   std::ranges::sort(names);
   EXPECT_EQ(names, (std::vector<std::string>{"HOME", "LANG", "PATH", "TERM"}));
@@ -154,12 +158,12 @@ TEST(SandboxEnvironment, HasTheDefaults) {
 }
 
 TEST(SandboxEnvironment, HomeFollowsTheUid) {
-  EXPECT_EQ(value_of(sandbox_environment({}, 0), "HOME"), "/root");
-  EXPECT_EQ(value_of(sandbox_environment({}, 1000), "HOME"), "/home/user");
+  EXPECT_EQ(value_of(sandbox_environment(0, {}), "HOME"), "/root");
+  EXPECT_EQ(value_of(sandbox_environment(1000, {}), "HOME"), "/home/user");
 }
 
 TEST(SandboxEnvironment, OverridesReplaceDefaultsAndLaterWins) {
-  const auto env = sandbox_environment({"HOME=/data", "A=1", "A=2", "PAT=x"}, 0);
+  const auto env = sandbox_environment(0, {"HOME=/data", "A=1", "A=2", "PAT=x"});
   EXPECT_EQ(value_of(env, "HOME"), "/data");
   EXPECT_EQ(value_of(env, "A"), "2");
   EXPECT_EQ(value_of(env, "PAT"), "x");
@@ -173,7 +177,7 @@ TEST(SandboxEnvironment, NeverInheritsTheHostEnvironment) {
   ASSERT_EQ(setenv("HUTCH_UNIT_HOST_SECRET", "leak", 1), 0);
   ASSERT_EQ(setenv("LD_PRELOAD", "/tmp/evil.so", 1), 0);
   for (uint32_t uid : {0u, 1000u}) {
-    for (const std::string& kv : sandbox_environment({"A=1"}, uid)) {
+    for (const std::string& kv : sandbox_environment(uid, {"A=1"})) {
       EXPECT_FALSE(kv.starts_with("HUTCH_UNIT_HOST_SECRET=")) << kv;
       EXPECT_FALSE(kv.starts_with("LD_PRELOAD=")) << kv;
       EXPECT_FALSE(contains(kv, "leak")) << kv;

@@ -9,7 +9,7 @@
 
 #include "runtime/base/error.h"
 
-namespace hutch::layers {
+namespace hutch {
 
 // openat(dir_fd, name, flags | O_NOATIME), retried without O_NOATIME when not permitted (it needs
 // ownership or CAP_FOWNER): copying or digesting a tree must not change the atimes it records.
@@ -46,4 +46,4 @@ Result<void> write_new_file(int dir_fd, const std::string& name, std::string_vie
 // The whole content of `name` under `dir_fd` (not following a final symlink).
 Result<std::string> read_small_file(int dir_fd, const std::string& name);
 
-}  // namespace hutch::layers
+}  // namespace hutch

@@ -1,4 +1,4 @@
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/fs/overlay_xattr.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/overlay_xattr.h"
 
-namespace hutch::layers {
+namespace hutch {
 namespace {
 
 // "/proc/self/fd/<dir_fd>/<name>", or ".../." for the directory itself: an l*xattr call on the
@@ -140,9 +140,8 @@ Result<void> remove_tree(int parent_fd, const std::string& name) {
       if (errno == ENOENT) return {};
       return sys_error("openat", name);
     }
-    auto names = read_dir_names(dir.get());
-    if (!names) return std::unexpected(names.error());
-    for (const std::string& child : *names) {
+    auto names = HUTCH_TRY(read_dir_names(dir.get()));
+    for (const std::string& child : names) {
       auto removed = remove_tree(dir.get(), child);
       if (!removed) {
         removed.error().detail = name + "/" + removed.error().detail;
@@ -190,4 +189,4 @@ Result<std::string> read_small_file(int dir_fd, const std::string& name) {
   return text;
 }
 
-}  // namespace hutch::layers
+}  // namespace hutch

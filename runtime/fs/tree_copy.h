@@ -23,9 +23,9 @@
 #include <string>
 
 #include "runtime/base/error.h"
-#include "runtime/layers/tree_io.h"
+#include "runtime/fs/tree_io.h"
 
-namespace hutch::layers {
+namespace hutch {
 
 struct TreeStats {
   uint64_t files = 0;      // regular-file entries (each hardlink counts)
@@ -44,4 +44,4 @@ Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string
 // does not allow: for a tree moved into the store rather than copied.
 Result<void> strip_overlay_xattrs(int root_fd, OverlayXattrs keep = OverlayXattrs::kOpaqueOnly);
 
-}  // namespace hutch::layers
+}  // namespace hutch

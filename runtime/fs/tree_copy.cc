@@ -1,4 +1,4 @@
-#include "runtime/layers/tree_copy.h"
+#include "runtime/fs/tree_copy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/layers/tree_io.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_io.h"
 
-namespace hutch::layers {
+namespace hutch {
 namespace {
 
 constexpr size_t kBufferSize = 1 << 20;
@@ -26,9 +26,8 @@ class Copier {
   // Copies the contents of `src` into the existing, empty `dst`; `rel` names `dst` in errors and
   // hardlink paths ("" for the root).
   Result<void> copy_children(int src, int dst, const std::string& rel) {
-    auto names = read_dir_names(src);
-    if (!names) return std::unexpected(names.error());
-    for (const std::string& name : *names) {
+    auto names = HUTCH_TRY(read_dir_names(src));
+    for (const std::string& name : names) {
       const std::string child_rel = rel.empty() ? name : rel + "/" + name;
       auto copied = copy_entry(src, dst, name, child_rel);
       if (!copied) return copied;
@@ -40,7 +39,7 @@ class Copier {
   // them changed its mtime).
   Result<void> finish_dir(int src, int dst, const struct stat& st, const std::string& rel) {
     if (fchown(dst, st.st_uid, st.st_gid) != 0) return sys_error("fchown", shown(rel));
-    if (auto xattrs = copy_xattrs(src, dst, ""); !xattrs) return xattrs;
+    HUTCH_TRY(copy_xattrs(src, dst, ""));
     if (fchmod(dst, st.st_mode & 07777) != 0) return sys_error("fchmod", shown(rel));
     const timespec times[2] = {st.st_atim, st.st_mtim};
     if (futimens(dst, times) != 0) return sys_error("futimens", shown(rel));
@@ -100,7 +99,7 @@ class Copier {
     if (mkdirat(dst, name.c_str(), 0700) != 0) return sys_error("mkdirat", rel);
     UniqueFd dst_dir(openat(dst, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dst_dir) return sys_error("openat", rel);
-    if (auto copied = copy_children(src_dir.get(), dst_dir.get(), rel); !copied) return copied;
+    HUTCH_TRY(copy_children(src_dir.get(), dst_dir.get(), rel));
     return finish_dir(src_dir.get(), dst_dir.get(), st, rel);
   }
 
@@ -111,10 +110,10 @@ class Copier {
     UniqueFd out(
         openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out) return sys_error("openat", rel);
-    if (auto copied = copy_data(in.get(), out.get(), st.st_size, rel); !copied) return copied;
+    HUTCH_TRY(copy_data(in.get(), out.get(), st.st_size, rel));
     // chown before chmod: chown clears setuid/setgid bits.
     if (fchown(out.get(), st.st_uid, st.st_gid) != 0) return sys_error("fchown", rel);
-    if (auto xattrs = copy_xattrs(src, dst, name); !xattrs) return xattrs;
+    HUTCH_TRY(copy_xattrs(src, dst, name));
     if (fchmod(out.get(), st.st_mode & 07777) != 0) return sys_error("fchmod", rel);
     const timespec times[2] = {st.st_atim, st.st_mtim};
     if (futimens(out.get(), times) != 0) return sys_error("futimens", rel);
@@ -136,7 +135,7 @@ class Copier {
       }
       off_t hole = lseek(in, data, SEEK_HOLE);
       if (hole < 0) return sys_error("lseek(SEEK_HOLE)", rel);
-      if (auto copied = copy_range(in, out, data, hole, rel); !copied) return copied;
+      HUTCH_TRY(copy_range(in, out, data, hole, rel));
       offset = hole;
     }
     if (ftruncate(out, size) != 0) return sys_error("ftruncate", rel);
@@ -210,7 +209,7 @@ class Copier {
     if (fchownat(dst, name.c_str(), st.st_uid, st.st_gid, AT_SYMLINK_NOFOLLOW) != 0) {
       return sys_error("fchownat", rel);
     }
-    if (auto xattrs = copy_xattrs(src, dst, name); !xattrs) return xattrs;
+    HUTCH_TRY(copy_xattrs(src, dst, name));
     if (chmod && fchmodat(dst, name.c_str(), st.st_mode & 07777, 0) != 0) {
       return sys_error("fchmodat", rel);
     }
@@ -222,10 +221,9 @@ class Copier {
   }
 
   Result<void> copy_xattrs(int src, int dst, const std::string& name) {
-    auto xattrs = read_xattrs(src, name);
-    if (!xattrs) return std::unexpected(xattrs.error());
-    drop_overlay_xattrs(*xattrs, keep_);
-    return write_xattrs(dst, name, *xattrs);
+    auto xattrs = HUTCH_TRY(read_xattrs(src, name));
+    drop_overlay_xattrs(xattrs, keep_);
+    return write_xattrs(dst, name, xattrs);
   }
 
   int dst_root_fd_;
@@ -239,11 +237,10 @@ class Copier {
 
 Result<void> strip_entry(int dir_fd, const std::string& name, const std::string& rel,
                          OverlayXattrs keep) {
-  auto xattrs = read_xattrs(dir_fd, name);
-  if (!xattrs) return std::unexpected(xattrs.error());
-  for (const auto& [key, value] : *xattrs) {
+  auto xattrs = HUTCH_TRY(read_xattrs(dir_fd, name));
+  for (const auto& [key, value] : xattrs) {
     if (!is_dropped_overlay_xattr(key, keep)) continue;
-    if (auto removed = remove_xattr(dir_fd, name, key); !removed) return removed;
+    HUTCH_TRY(remove_xattr(dir_fd, name, key));
   }
   struct stat st;
   if (fstatat(dir_fd, name.empty() ? "." : name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
@@ -253,9 +250,8 @@ Result<void> strip_entry(int dir_fd, const std::string& name, const std::string&
                             : open_noatime(dir_fd, name.c_str(),
                                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) return sys_error("openat", rel);
-  auto names = read_dir_names(dir.get());
-  if (!names) return std::unexpected(names.error());
-  for (const std::string& child : *names) {
+  auto names = HUTCH_TRY(read_dir_names(dir.get()));
+  for (const std::string& child : names) {
     auto stripped = strip_entry(dir.get(), child, rel == "." ? child : rel + "/" + child, keep);
     if (!stripped) return stripped;
   }
@@ -278,13 +274,9 @@ Result<TreeStats> copy_tree(int src_dir_fd, int dst_parent_fd, const std::string
       openat(dst_parent_fd, dst_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dst) return sys_error("openat", dst_name);
   Copier copier(dst.get(), keep);
-  if (auto copied = copier.copy_children(src_dir_fd, dst.get(), ""); !copied) {
-    return std::unexpected(copied.error());
-  }
-  if (auto finished = copier.finish_dir(src_dir_fd, dst.get(), st, ""); !finished) {
-    return std::unexpected(finished.error());
-  }
+  HUTCH_TRY(copier.copy_children(src_dir_fd, dst.get(), ""));
+  HUTCH_TRY(copier.finish_dir(src_dir_fd, dst.get(), st, ""));
   return copier.stats();
 }
 
-}  // namespace hutch::layers
+}  // namespace hutch

@@ -1,0 +1,57 @@
+// The verbs of `hutch` that its companion executables serve: hutch-client (hutchd's verbs) and
+// hutch-image.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <string>
+
+#include "cli/verbs.h"
+
+namespace hutch::cli {
+namespace {
+
+// The verbs that talk to hutchd are served by the helper hutch-client (helper_path): it
+// links cpp-httplib, which exists only as a shared library, and hutch stays static.
+constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
+                                             "rm",     "pause", "resume",  "logs"};
+
+// A helper executable of hutch's: beside this binary in the build tree (build/hutch-client), or
+// in PREFIX/libexec/hutch/ once installed as PREFIX/bin/hutch. The first of the two that exists.
+Result<std::string> helper_path(std::string_view name) {
+  std::error_code error;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return sys_error("readlink", "/proc/self/exe", error.value());
+  std::filesystem::path beside = self.parent_path() / name;
+  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
+  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
+  for (const std::filesystem::path& candidate : {beside, installed}) {
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (errno != ENOENT) err = errno;
+  }
+  return sys_error("access",
+                   std::string(name) + " at " + beside.string() + " or " + installed.string(), err);
+}
+
+}  // namespace
+
+bool is_image_verb(int argc, char** argv) {
+  int verb = 1;
+  if (argc > 2 && std::string_view(argv[1]) == "--state-dir") verb = 3;
+  if (argc > 1 && std::string_view(argv[1]).starts_with("--state-dir=")) verb = 2;
+  return argc > verb && std::string_view(argv[verb]) == "image";
+}
+
+bool is_client_verb(const char* arg) {
+  return std::ranges::find(kClientVerbs, std::string_view(arg)) != std::end(kClientVerbs);
+}
+
+int exec_companion(char** argv, std::string_view name, std::string_view serves) {
+  auto path = helper_path(name);
+  if (!path) return fail(path.error());
+  ::execv(path->c_str(), argv);
+  return fail(sys_error("execv", *path + " (it serves " + std::string(serves) + ")").error());
+}
+
+}  // namespace hutch::cli

@@ -1,0 +1,97 @@
+// The verbs `hutch` runs itself (`hutch run`, recipe, layers, info) and the dispatch of the
+// others to its companion executables. Each verb returns the process's exit status; main.cc only
+// parses the command line (CLI11) and calls one of them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/base/error.h"
+#include "runtime/cgroup/plan.h"
+#include "runtime/spec.h"
+
+namespace hutch::cli {
+
+// Exit statuses of `hutch run`, as documented in README.md.
+constexpr int kExitTimeout = 124;
+constexpr int kExitRuntimeFailure = 125;
+constexpr int kExitCannotExecute = 126;
+constexpr int kExitNotFound = 127;
+
+// Prints "hutch: <message>" on stderr and returns kExitRuntimeFailure.
+int fail(const Error& error);
+// A whole host file.
+Result<std::string> read_file(const std::string& path);
+
+// run_verb.cc
+struct RunOptions {
+  std::string rootfs = "host";
+  std::vector<std::string> layers;
+  std::string upper_dir;
+  std::string timeout;
+  std::vector<std::string> env;
+  std::string workdir = "/";
+  std::string hostname = "hutch";
+  std::string net = "loopback";
+  std::vector<std::string> binds;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t id_base = IdMap{}.host_base;
+  uint32_t id_count = IdMap{}.count;
+  std::string disk = "1G";
+  std::string memory;
+  std::optional<uint64_t> pids;
+  std::optional<double> cpus;
+  std::optional<uint32_t> cpu_weight;
+  bool no_limits = false;
+  std::string cgroup_parent{hutch::kDefaultCgroupParent};
+  std::string seccomp_profile;
+  bool json = false;
+  std::vector<std::string> command;
+};
+
+// The spec of a `hutch run` (or of a bake's sandbox) from its options.
+Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& state_dir);
+int run(const RunOptions& options, const std::string& state_dir);
+
+// recipe_verbs.cc
+struct RecipeOptions {
+  std::string dir;
+  std::string name;
+  bool name_given = false;  // an explicit --name "" is an error, not the default
+  std::string base;
+  std::vector<std::string> env;
+  RunOptions sandbox;
+  bool json = false;
+};
+
+int recipe_build(RecipeOptions recipe, const std::string& state_dir);
+int recipe_list(bool json, const std::string& state_dir);
+
+// layer_verbs.cc
+struct LayerOptions {
+  std::vector<std::string> digests;
+  bool json = false;
+};
+
+int layers_list(bool json, const std::string& state_dir);
+int layers_du(const std::string& state_dir);
+int layers_remove(const std::vector<std::string>& digests, const std::string& state_dir);
+int layers_gc(const std::string& state_dir);
+
+// info_verb.cc: the kernel features hutch uses; 1 when one is missing.
+int info(bool json);
+
+// companion.cc: the verbs other executables of hutch's serve.
+// `hutch image ...`, also after a leading `--state-dir DIR`, which hutch-image takes as well.
+bool is_image_verb(int argc, char** argv);
+// A verb that talks to hutchd (create, ls, exec, ...).
+bool is_client_verb(const char* arg);
+// Replaces this process with the helper executable `name` (same argv); returns only on
+// failure. `serves` says what it is for, in the error.
+int exec_companion(char** argv, std::string_view name, std::string_view serves);
+
+}  // namespace hutch::cli
