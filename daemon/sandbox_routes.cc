@@ -72,8 +72,9 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
   routes.get(one, [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
     send_json(res, 200, or_throw(registry.get(sandbox_id(req)))->to_json());
   });
-  // Answered once every process of the sandbox is dead; the rest of the teardown (cgroups,
-  // state dir) finishes in the background unless ?wait=true. An unknown id is no error.
+  // Answered once init was sent SIGKILL (the pid namespace dies with it); the rest of the
+  // teardown (exits, cgroups, state dir) finishes in the background unless ?wait=true. An
+  // unknown id is no error.
   routes.del(one, [&registry](Call& call, const httplib::Request& req, httplib::Response& res) {
     const std::string reason = "deleted by request " + call.request_id;
     if (req.get_param_value("wait") == "true") {

@@ -33,9 +33,6 @@ struct RecoveryReport {
 // costs off the client's first exec; nothing depends on it).
 inline constexpr int kWarmUpPolls = 1000;
 inline constexpr auto kWarmUpPollInterval = std::chrono::milliseconds(10);
-// How long DELETE waits for the SIGKILLed init to exit (it exits once every other process of
-// its pid namespace has: zap_pid_ns_processes).
-inline constexpr auto kInitExitTimeout = std::chrono::seconds(5);
 
 // The create path's own limits on a config, past what the codec checks field by field: the
 // rootfs is a directory, and env and labels fit a record (64 KiB). Errors: bad_request.
@@ -82,11 +79,10 @@ class SandboxRegistry {
   // Destroys a sandbox (teardown() below): false when the id is unknown. Fails when the runtime
   // does; the sandbox then stays registered so that the destroy can be retried.
   service::ServiceResult<bool> destroy(const std::string& id, const std::string& reason);
-  // The same, but returns once init has exited, which in a pid namespace means every process of
-  // the sandbox is dead, and the sandbox is gone from the registry; the supervisor's teardown
-  // (reaping, cgroups) and the dir's removal finish on a background thread. Still false for an
-  // unknown id. Fails (runtime_error) only when init outlives kInitExitTimeout; the teardown
-  // goes on in the background all the same.
+  // The same, but returns once init was sent SIGKILL (which kills every process of its pid
+  // namespace within milliseconds) and the sandbox is gone from the registry; the supervisor's
+  // teardown (reaping, cgroups) and the dir's removal finish on a background thread. Still false
+  // for an unknown id.
   service::ServiceResult<bool> destroy_soon(const std::string& id, const std::string& reason);
   // Finishes every teardown destroy_soon queued (at exit).
   void drain_teardowns();
