@@ -57,8 +57,8 @@ class LayerPin {
 struct BakeParams {
   std::string dir;                         // absolute, a directory
   std::string name;                        // the tag: a valid layer name, not hutchd's
-  std::optional<std::string> base;         // default: recipe.json's, else host
-  std::map<std::string, std::string> env;  // for setup.sh only
+  std::optional<std::string> base{};       // default: recipe.json's, else host
+  std::map<std::string, std::string> env{};  // for setup.sh only
   uint64_t timeout_seconds = 3600;         // 1..86400
 };
 
