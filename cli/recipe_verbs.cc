@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/options.h"
-#include "recipes/recipe_json.h"
 #include "cli/verbs.h"
+#include "recipes/recipe_json.h"
 #include "runtime/layers/layer_store.h"
 #include "runtime/recipes/recipe.h"
 

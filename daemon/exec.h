@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "runtime/base/error.h"
-#include "runtime/live_sandbox.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/live_sandbox.h"
 
 namespace hutch::daemon {
 

@@ -224,46 +224,45 @@ json fs_op(DaemonContext& context, Sandbox& sandbox, const std::string& op, cons
 
 void add_file_routes(Routes& routes, DaemonContext& context) {
   const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";
-  routes.get(
-      one + "/files", [&context](Call& call, const httplib::Request& req, httplib::Response& res) {
-        // cpp-httplib 0.11.4 parses Range itself and slices whatever the handler answers by
-        // it (an error too), but neither clamps nor refuses ranges: the handler takes them,
-        // and gives back the clamped ones for a file it sends. The Request is the server's own
-        // object, handed to handlers as const.
-        httplib::Ranges& ranges = const_cast<httplib::Request&>(req).ranges;
-        const httplib::Ranges requested = std::exchange(ranges, {});
-        auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
-        files::SandboxFs fs = or_throw(sandbox->fs());
-        auto fd = std::make_shared<UniqueFd>([&] {
-            return value_or_throw(fs.open_read(path_param(req)));
-        }());
-        struct stat st {};
-        if (::fstat(fd->get(), &st) != 0)
-          throw runtime_failure(sys_error("fstat", path_param(req)).error());
-        const uint64_t size = static_cast<uint64_t>(st.st_size);
-        httplib::Ranges kept = clamp_ranges(requested, size);
-        if (!requested.empty() && kept.empty()) {
-          res.set_header("Content-Range", "bytes */" + std::to_string(size));
-          throw ApiError(416, "range_not_satisfiable",
-                         "no requested range starts before the end of the file (" +
-                             std::to_string(size) + " bytes)");
-        }
-        ranges = std::move(kept);
-        std::shared_ptr<void> slot = call.slot;
-        // httplib answers only the ranges' bytes, with their Content-Range.
-        res.status = ranges.empty() ? 200 : 206;
-        // Streamed out with pread: the file is never held in memory. The sandbox (and its
-        // root fd) is kept alive by the provider until the response ends.
-        auto buffer = std::make_shared<std::vector<char>>(kReadChunk);
-        res.set_content_provider(
-            static_cast<size_t>(size), "application/octet-stream",
-            [fd, sandbox, slot, buffer](size_t offset, size_t length, httplib::DataSink& sink) {
-              ssize_t n = ::pread(fd->get(), buffer->data(), std::min(length, kReadChunk),
-                                  static_cast<off_t>(offset));
-              if (n <= 0) return false;  // the file shrank under us: abort the response
-              return sink.write(buffer->data(), static_cast<size_t>(n));
-            });
-      });
+  routes.get(one + "/files", [&context](Call& call, const httplib::Request& req,
+                                        httplib::Response& res) {
+    // cpp-httplib 0.11.4 parses Range itself and slices whatever the handler answers by
+    // it (an error too), but neither clamps nor refuses ranges: the handler takes them,
+    // and gives back the clamped ones for a file it sends. The Request is the server's own
+    // object, handed to handlers as const.
+    httplib::Ranges& ranges = const_cast<httplib::Request&>(req).ranges;
+    const httplib::Ranges requested = std::exchange(ranges, {});
+    auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+    files::SandboxFs fs = or_throw(sandbox->fs());
+    auto fd =
+        std::make_shared<UniqueFd>([&] { return value_or_throw(fs.open_read(path_param(req))); }());
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0)
+      throw runtime_failure(sys_error("fstat", path_param(req)).error());
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    httplib::Ranges kept = clamp_ranges(requested, size);
+    if (!requested.empty() && kept.empty()) {
+      res.set_header("Content-Range", "bytes */" + std::to_string(size));
+      throw ApiError(416, "range_not_satisfiable",
+                     "no requested range starts before the end of the file (" +
+                         std::to_string(size) + " bytes)");
+    }
+    ranges = std::move(kept);
+    std::shared_ptr<void> slot = call.slot;
+    // httplib answers only the ranges' bytes, with their Content-Range.
+    res.status = ranges.empty() ? 200 : 206;
+    // Streamed out with pread: the file is never held in memory. The sandbox (and its
+    // root fd) is kept alive by the provider until the response ends.
+    auto buffer = std::make_shared<std::vector<char>>(kReadChunk);
+    res.set_content_provider(
+        static_cast<size_t>(size), "application/octet-stream",
+        [fd, sandbox, slot, buffer](size_t offset, size_t length, httplib::DataSink& sink) {
+          ssize_t n = ::pread(fd->get(), buffer->data(), std::min(length, kReadChunk),
+                              static_cast<off_t>(offset));
+          if (n <= 0) return false;  // the file shrank under us: abort the response
+          return sink.write(buffer->data(), static_cast<size_t>(n));
+        });
+  });
   routes.put_reader(
       one + "/files", [&context](Call&, const httplib::Request& req, httplib::Response& res,
                                  const httplib::ContentReader& reader) {

@@ -31,7 +31,6 @@ enum class ConfigSource { kRequest, kRecord };
 SandboxConfig parse_sandbox_config(const json& body, ConfigSource source = ConfigSource::kRequest);
 json config_to_json(const SandboxConfig& config);
 
-
 enum class ExecFlavor { kPlain, kBash, kPython };
 
 struct ExecOptions {

@@ -16,7 +16,8 @@ std::vector<std::string> default_environment(uint32_t uid) {
   };
 }
 
-std::vector<std::string> sandbox_environment(uint32_t uid, const std::vector<std::string>& overrides) {
+std::vector<std::string> sandbox_environment(uint32_t uid,
+                                             const std::vector<std::string>& overrides) {
   std::vector<std::string> env = default_environment(uid);
   for (const std::string& entry : overrides) {
     const size_t eq = entry.find('=');

@@ -21,7 +21,8 @@ std::vector<std::string> default_environment(uint32_t uid);
 
 // default_environment(uid) with each "K=V" of overrides replacing its key or added, in order:
 // later overrides win. Entries that are not K=V are the callers' to refuse first.
-std::vector<std::string> sandbox_environment(uint32_t uid, const std::vector<std::string>& overrides);
+std::vector<std::string> sandbox_environment(uint32_t uid,
+                                             const std::vector<std::string>& overrides);
 
 // 1-64 of [A-Za-z0-9.-].
 bool valid_hostname(std::string_view name);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 
+#include "runtime/base/unique_fd.h"
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/plan.h"
 #include "runtime/fs/idmap.h"
@@ -24,7 +25,6 @@
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/pidfd.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 namespace {

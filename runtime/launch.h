@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cgroup/sandbox_cgroup.h"
 #include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
+#include "runtime/cgroup/sandbox_cgroup.h"
 #include "runtime/fs/host_rootfs.h"
 #include "runtime/fs/mount_plan.h"
 #include "runtime/fs/overlay.h"
 #include "runtime/process/child.h"
 #include "runtime/spec.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "runtime/base/proc_stat.h"
-#include "runtime/launch.h"
 #include "runtime/fs/tree_copy.h"
+#include "runtime/launch.h"
 #include "runtime/process/sync.h"
 #include "runtime/supervisor_protocol.h"
 

@@ -12,11 +12,11 @@
 #include <optional>
 #include <set>
 
-#include "runtime/layers/names.h"
-#include "runtime/layers/tree_digest.h"
-#include "runtime/fs/tree_io.h"
 #include "runtime/base/proc_stat.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_io.h"
+#include "runtime/layers/names.h"
+#include "runtime/layers/tree_digest.h"
 
 namespace hutch::image {
 namespace {

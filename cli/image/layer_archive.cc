@@ -11,10 +11,10 @@
 
 #include "cli/image/scratch.h"
 #include "cli/image/tar_tree.h"
+#include "runtime/base/unique_fd.h"
 #include "runtime/layers/manifest.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {

@@ -14,8 +14,8 @@
 #include "cli/image/images.h"
 #include "cli/image/layer_archive.h"
 #include "cli/image/rootfs_import.h"
-#include "runtime/layers/layer_store.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/layers/layer_store.h"
 
 namespace {
 

@@ -22,12 +22,12 @@
 #include "cli/image/images.h"
 #include "cli/image/scratch.h"
 #include "cli/image/tar_tree.h"
+#include "runtime/base/unique_fd.h"
+#include "runtime/fs/tree_copy.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/fs/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/fs/tree_io.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {
@@ -305,8 +305,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     // A plain rootfs directory: an exact copy, but for overlay control xattrs (from outside).
     UniqueFd src(::open(source.c_str(), kDirFlags));
     if (!src) return sys_error("open", source);
-    if (auto copied =
-            copy_tree(src.get(), scratch_fd.get(), "rootfs", OverlayXattrs::kNone);
+    if (auto copied = copy_tree(src.get(), scratch_fd.get(), "rootfs", OverlayXattrs::kNone);
         !copied)
       return std::unexpected(copied.error());
   } else {
@@ -346,8 +345,7 @@ Result<std::string> import_rootfs(layers::LayerStore& store, const std::string& 
     record.digest = digest->digest;
     record.size = digest->bytes;
   }
-  if (auto wrote =
-          write_new_file(scratch_fd.get(), "image.json", format_image_record(record));
+  if (auto wrote = write_new_file(scratch_fd.get(), "image.json", format_image_record(record));
       !wrote) {
     return std::unexpected(wrote.error());
   }

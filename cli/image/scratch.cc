@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "runtime/layers/names.h"
 #include "runtime/base/proc_stat.h"
+#include "runtime/layers/names.h"
 
 namespace hutch::image {
 

@@ -18,13 +18,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/base/unique_fd.h"
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/fs/tree_io.h"
-#include "runtime/base/unique_fd.h"
 
 namespace hutch::image {
 namespace {
-
 
 constexpr std::string_view kWhiteoutPrefix = ".wh.";
 constexpr std::string_view kOpaqueMarker = ".wh..wh..opq";
@@ -41,9 +40,7 @@ bool is_opaque_xattr(const std::pair<std::string, std::string>& xattr) {
 
 // What an exported member carries: the opaque marker becomes a `.wh..wh..opq` member instead, and
 // no other overlay xattr leaves the store (a layer keeps none: tree_copy.h).
-void drop_export_xattrs(Xattrs& xattrs) {
-  drop_overlay_xattrs(xattrs, OverlayXattrs::kNone);
-}
+void drop_export_xattrs(Xattrs& xattrs) { drop_overlay_xattrs(xattrs, OverlayXattrs::kNone); }
 
 // ---- writing ----
 

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "daemon/json_codec.h"
-#include "daemon/service/sandbox_registry.h"
 #include "daemon/service/bake.h"
 #include "daemon/service/error.h"
+#include "daemon/service/sandbox_registry.h"
 #include "runtime/layers/layer_store.h"
 #include "runtime/live_sandbox.h"
 
@@ -55,11 +55,11 @@ class LayerPin {
 };
 
 struct BakeParams {
-  std::string dir;                         // absolute, a directory
-  std::string name;                        // the tag: a valid layer name, not hutchd's
-  std::optional<std::string> base{};       // default: recipe.json's, else host
+  std::string dir;                           // absolute, a directory
+  std::string name;                          // the tag: a valid layer name, not hutchd's
+  std::optional<std::string> base{};         // default: recipe.json's, else host
   std::map<std::string, std::string> env{};  // for setup.sh only
-  uint64_t timeout_seconds = 3600;         // 1..86400
+  uint64_t timeout_seconds = 3600;           // 1..86400
 };
 
 // How a bake went: a failed setup.sh is a value (with its log), not a ServiceError.

@@ -59,9 +59,9 @@ typename std::remove_cvref_t<E>::value_type try_value(E&& result) {
 // A GNU statement expression (CMAKE_CXX_EXTENSIONS is on; g++ and clang both have them), the one
 // spelling for the `if (!r) return std::unexpected(r.error());` that every caller wrote by hand.
 // The error converts into the caller's own error type, so it works for Result and FsResult alike.
-#define HUTCH_TRY(...)                                                          \
-  ({                                                                            \
-    auto&& hutch_try_result_ = (__VA_ARGS__);                                   \
+#define HUTCH_TRY(...)                                                                    \
+  ({                                                                                      \
+    auto&& hutch_try_result_ = (__VA_ARGS__);                                             \
     if (!hutch_try_result_) return std::unexpected(std::move(hutch_try_result_).error()); \
-    ::hutch::detail::try_value(std::move(hutch_try_result_));                   \
+    ::hutch::detail::try_value(std::move(hutch_try_result_));                             \
   })

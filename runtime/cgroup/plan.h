@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/cgroup/layout.h"
 #include "runtime/base/error.h"
+#include "runtime/cgroup/layout.h"
 
 namespace hutch {
 

@@ -244,8 +244,8 @@ Result<CgroupStats> SandboxCgroup::stats() {
 Result<UniqueFd> SandboxCgroup::open_oom_counter() const {
   const Dir* dir = with_controller("memory");
   if (dir == nullptr) return UniqueFd();
-  const char* name = dir->hierarchy.version == CgroupVersion::kV2 ? "memory.events"
-                                                                   : "memory.oom_control";
+  const char* name =
+      dir->hierarchy.version == CgroupVersion::kV2 ? "memory.events" : "memory.oom_control";
   UniqueFd fd(openat(dir->self.fd.get(), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return sys_error("open", dir->self.path + "/" + name);
   return fd;

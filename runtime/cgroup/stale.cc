@@ -10,10 +10,10 @@
 #include <sstream>
 #include <vector>
 
+#include "runtime/base/proc_stat.h"
+#include "runtime/base/text_file.h"
 #include "runtime/cgroup/cgroup_fs.h"
 #include "runtime/cgroup/kill.h"
-#include "runtime/base/text_file.h"
-#include "runtime/base/proc_stat.h"
 
 namespace hutch {
 namespace {

@@ -15,9 +15,9 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/base/error.h"
 #include "runtime/cgroup/layout.h"
 #include "runtime/cgroup/plan.h"
-#include "runtime/base/error.h"
 
 namespace hutch {
 

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "runtime/base/error.h"
-#include "runtime/layers/manifest.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/layers/manifest.h"
 
 namespace hutch::layers {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "runtime/base/child_error.h"
+#include "runtime/base/proc_stat.h"
 #include "runtime/process/exec_protocol.h"
 #include "runtime/process/exec_search.h"
-#include "runtime/base/proc_stat.h"
 #include "runtime/process/sync.h"
 
 namespace hutch {

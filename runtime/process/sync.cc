@@ -65,8 +65,8 @@ long recv_with_fds(int sock, void* data, size_t size, int* fds, int* fd_count, i
 }
 
 long recv_sync(int sock, SyncMessage* message, int* fds, int* fd_count, bool nonblocking) {
-  long n = recv_with_fds(sock, message, sizeof *message, fds, fd_count,
-                         nonblocking ? MSG_DONTWAIT : 0);
+  long n =
+      recv_with_fds(sock, message, sizeof *message, fds, fd_count, nonblocking ? MSG_DONTWAIT : 0);
   if (n > 0 && n != static_cast<long>(sizeof *message)) return -EBADMSG;
   return n;
 }

@@ -12,11 +12,11 @@
 #include "runtime/base/proc_stat.h"
 #include "runtime/base/text_file.h"
 #include "runtime/fs/erofs.h"
+#include "runtime/fs/tree_copy.h"
+#include "runtime/fs/tree_io.h"
 #include "runtime/layers/names.h"
 #include "runtime/layers/sha256.h"
-#include "runtime/fs/tree_copy.h"
 #include "runtime/layers/tree_digest.h"
-#include "runtime/fs/tree_io.h"
 #include "runtime/sandbox.h"
 
 extern const char kHostRootfsList[];

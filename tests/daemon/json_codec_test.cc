@@ -8,8 +8,8 @@
 
 #include "daemon/errors.h"
 #include "daemon/sandbox_spec.h"
-#include "runtime/defaults.h"
 #include "daemon/zygote_wire.h"
+#include "runtime/defaults.h"
 
 namespace hutch::daemon {
 namespace {

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "daemon/metrics.h"
-#include "daemon/service/sandbox_registry.h"
 #include "daemon/service/bake.h"
 #include "daemon/service/recipes.h"
+#include "daemon/service/sandbox_registry.h"
 #include "daemon/zygote.h"
 #include "runtime/layers/layer_store.h"
 #include "tests/common/temp_dir.h"

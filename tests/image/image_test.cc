@@ -803,14 +803,17 @@ def tar_of(name, data):
     with tarfile.open(fileobj=buf, mode="w") as t:
         info = tarfile.TarInfo(name); info.size = len(data); t.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-open(")PY" + path("host/layer.tar") + R"PY(", "wb").write(tar_of("host-secret", b"secret\n"))
-with tarfile.open(")PY" + path("evil.tar") + R"PY(", "w") as t:
+open(")PY" +
+         path("host/layer.tar") + R"PY(", "wb").write(tar_of("host-secret", b"secret\n"))
+with tarfile.open(")PY" +
+         path("evil.tar") + R"PY(", "w") as t:
     link = tarfile.TarInfo("l1"); link.type = tarfile.SYMTYPE; link.linkname = ")PY" +
          path("host") + R"PY("; t.addfile(link)
     data = json.dumps([{"Config": "c.json", "Layers": ["l1/layer.tar"]}]).encode()
     info = tarfile.TarInfo("manifest.json"); info.size = len(data); t.addfile(info, io.BytesIO(data))
 # The same archive with the link pointing inside it is a docker save of a duplicate layer: fine.
-with tarfile.open(")PY" + path("dup.tar") + R"PY(", "w") as t:
+with tarfile.open(")PY" +
+         path("dup.tar") + R"PY(", "w") as t:
     data = tar_of("inner", b"inner\n")
     info = tarfile.TarInfo("l0/layer.tar"); info.size = len(data); t.addfile(info, io.BytesIO(data))
     link = tarfile.TarInfo("l1"); link.type = tarfile.SYMTYPE; link.linkname = "l0"; t.addfile(link)

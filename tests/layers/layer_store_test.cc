@@ -12,11 +12,11 @@
 #include <atomic>
 #include <thread>
 
+#include "runtime/base/proc_stat.h"
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/overlay_xattr.h"
-#include "runtime/layers/tree_digest.h"
 #include "runtime/fs/tree_io.h"
-#include "runtime/base/proc_stat.h"
+#include "runtime/layers/tree_digest.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/layers/tree_compare.h"

@@ -10,10 +10,10 @@
 #include <map>
 #include <utility>
 
-#include "runtime/fs/overlay_xattr.h"
-#include "runtime/layers/sha256.h"
-#include "runtime/fs/tree_io.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/overlay_xattr.h"
+#include "runtime/fs/tree_io.h"
+#include "runtime/layers/sha256.h"
 
 namespace hutch::testing {
 namespace {
@@ -86,8 +86,8 @@ std::string scan(int dir_fd, const std::string& rel, std::map<std::string, Entry
     }
     out.emplace(path, std::move(entry));
     if (S_ISDIR(out[path].st.st_mode)) {
-      UniqueFd child(open_noatime(dir_fd, name.c_str(),
-                                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd child(
+          open_noatime(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!child) return "open " + path;
       if (auto failed = scan(child.get(), path, out, inodes); !failed.empty()) return failed;
     }

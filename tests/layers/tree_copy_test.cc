@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/fs/overlay_xattr.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/fs/overlay_xattr.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/layers/tree_compare.h"

@@ -8,9 +8,9 @@
 
 #include <functional>
 
+#include "runtime/base/unique_fd.h"
 #include "runtime/fs/overlay_xattr.h"
 #include "runtime/fs/tree_copy.h"
-#include "runtime/base/unique_fd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/layers/tree_compare.h"
