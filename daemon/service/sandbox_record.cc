@@ -13,6 +13,7 @@
 #include "daemon/zygote.h"
 #include "runtime/base/proc_stat.h"
 #include "runtime/base/unique_fd.h"
+#include "runtime/process/pidfd.h"
 
 namespace hutch::daemon {
 
@@ -115,6 +116,24 @@ void destroy_unrecorded(const std::string& dir) {
   }
 }
 
+// The recorded supervisor (its pid and start time) and its init (its child) run, but the
+// supervisor cannot be adopted: it speaks another protocol (an older hutchd's, after an upgrade)
+// or does not answer. Its sandbox is ended as a destroy would end it, by SIGKILL to init, so
+// nothing of it runs on unmanaged; its supervisor then tears down its cgroups and exits.
+void end_unadoptable(const LiveSandboxRef& ref) {
+  UniqueFd supervisor(pidfd_open_fd(ref.supervisor_pid));
+  if (!supervisor) return;
+  auto supervisor_state = read_proc_state(ref.supervisor_pid);
+  if (!supervisor_state || supervisor_state->start_time != ref.supervisor_start_time) return;
+  UniqueFd init(pidfd_open_fd(ref.init_pid));
+  if (!init) return;
+  auto init_state = read_proc_state(ref.init_pid);
+  if (!init_state || init_state->parent != ref.supervisor_pid) return;
+  if (pidfd_signal(init.get(), SIGKILL) == 0)
+    spdlog::warn("supervisor {} could not be adopted: its init {} was killed", ref.supervisor_pid,
+                 ref.init_pid);
+}
+
 }  // namespace
 
 std::optional<AdoptableRecord> recover_record(const std::string& id, const std::string& dir) {
@@ -131,7 +150,8 @@ std::optional<AdoptableRecord> recover_record(const std::string& id, const std::
   }
   auto live = LiveSandbox::connect(*ref);
   if (!live) {
-    spdlog::warn("sandbox={} recovery: not alive ({}); removed", id, live.error().message());
+    end_unadoptable(*ref);
+    spdlog::warn("sandbox={} recovery: not adoptable ({}); removed", id, live.error().message());
     return std::nullopt;
   }
   if (record.value("state", "") == "pooled") {

@@ -3,9 +3,12 @@
 // (as root, against a real zygote) the registry's one teardown sequence.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -107,6 +110,69 @@ TEST(SandboxRecordTest, GarbageInterruptedAndDeadRecordsAreNotAdopted) {
   json dead = json::parse(pooled_record("sb-dead", {reaped_pid(), 1, reaped_pid(), "/a", "/b"}));
   dead["state"] = "running";
   EXPECT_FALSE(recover_record("sb-dead", dir_with("sb-dead", dead.dump())));
+}
+
+// A supervisor of another protocol (an older hutchd's, after an upgrade): a process at the
+// recorded pid and start time whose child is the recorded init, answering the attach with text.
+// Recovery cannot adopt it and must not leave its sandbox running unmanaged: init is killed, but
+// only when the supervisor is the recorded one (not a reused pid).
+TEST(SandboxRecordTest, AnUnadoptableSupervisorsInitIsKilledOnlyIfItIsTheRecordedOne) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir state;
+  const std::string dir = state.path() + "/sb-old";
+  std::filesystem::create_directories(dir);
+  const std::string socket_path = dir + "/supervisor.sock";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t supervisor = ::fork();
+  ASSERT_GE(supervisor, 0);
+  if (supervisor == 0) {
+    ::close(ready[0]);
+    int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket_path.c_str(), sizeof addr.sun_path - 1);
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener, 4) != 0)
+      ::_exit(1);
+    const pid_t init = ::fork();
+    if (init == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    if (::write(ready[1], &init, sizeof init) != sizeof init) ::_exit(1);
+    for (;;) {
+      int client = ::accept(listener, nullptr, nullptr);
+      if (client < 0) continue;
+      (void)!::write(client, "ok 1 2 3\n", 9);
+      ::close(client);
+    }
+  }
+  ::close(ready[1]);
+  pid_t init = 0;
+  ASSERT_EQ(::read(ready[0], &init, sizeof init), static_cast<ssize_t>(sizeof init));
+  ::close(ready[0]);
+  auto supervisor_state = read_proc_state(supervisor);
+  ASSERT_TRUE(supervisor_state.has_value());
+  auto record_with = [&](uint64_t start_time) {
+    json record = json::parse(
+        pooled_record("sb-old", {supervisor, start_time, init, dir + "/exec.sock", socket_path}));
+    record["state"] = "running";
+    write_file(dir + "/" + kRecord, record.dump());
+  };
+
+  record_with(supervisor_state->start_time + 1);  // as if the pid had been reused
+  EXPECT_FALSE(recover_record("sb-old", dir));
+  EXPECT_FALSE(process_dead(init)) << "the init of a process that is not the recorded one died";
+
+  record_with(supervisor_state->start_time);
+  EXPECT_FALSE(recover_record("sb-old", dir));
+  EXPECT_TRUE(testing::wait_until([&] { return process_dead(init); }, 5s, "the old init to die"));
+
+  // Our grandchild: its pid stays its own (a zombie at worst) while the supervisor is unreaped.
+  ::kill(init, SIGKILL);
+  ::kill(supervisor, SIGKILL);
+  ::waitpid(supervisor, nullptr, 0);
 }
 
 // What a route answers for the registry's own errors: the code is the service's, the status the
