@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/verbs.h"
+#include "runtime/base/helper_path.h"
 
 namespace hutch::cli {
 namespace {
@@ -16,23 +17,6 @@ namespace {
 // links cpp-httplib, which exists only as a shared library, and hutch stays static.
 constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
                                              "rm",     "pause", "resume",  "logs"};
-
-// A helper executable of hutch's: beside this binary in the build tree (build/hutch-client), or
-// in PREFIX/libexec/hutch/ once installed as PREFIX/bin/hutch. The first of the two that exists.
-Result<std::string> helper_path(std::string_view name) {
-  std::error_code error;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return sys_error("readlink", "/proc/self/exe", error.value());
-  std::filesystem::path beside = self.parent_path() / name;
-  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
-  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
-  for (const std::filesystem::path& candidate : {beside, installed}) {
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    if (errno != ENOENT) err = errno;
-  }
-  return sys_error("access",
-                   std::string(name) + " at " + beside.string() + " or " + installed.string(), err);
-}
 
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include "daemon/service/recipes.h"
 #include "daemon/service/sandbox_registry.h"
 #include "daemon/zygote.h"
+#include "runtime/base/helper_path.h"
 #include "runtime/cgroup/plan.h"
 
 namespace {
@@ -38,24 +39,6 @@ using namespace hutch::daemon;
 int fail(const std::string& message) {
   std::fprintf(stderr, "hutchd: %s\n", message.c_str());
   return 2;
-}
-
-// A helper binary (hutchd-zygote, hutchd-bake): beside hutchd in the build tree (build/daemon/),
-// or in PREFIX/libexec/hutch/ once installed as PREFIX/bin/hutchd. The first of the two that
-// exists.
-std::expected<std::string, std::string> helper_binary(const std::string& name) {
-  std::error_code error;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (error) return std::unexpected("readlink(/proc/self/exe): " + error.message());
-  std::filesystem::path beside = self.parent_path() / name;
-  std::filesystem::path installed = self.parent_path().parent_path() / "libexec/hutch" / name;
-  int err = ENOENT;  // the more telling errno: EACCES on a helper that is there
-  for (const std::filesystem::path& candidate : {beside, installed}) {
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    if (errno != ENOENT) err = errno;
-  }
-  return std::unexpected("access(" + name + " at " + beside.string() + " or " + installed.string() +
-                         "): " + std::strerror(err));
 }
 
 }  // namespace
@@ -167,12 +150,12 @@ int main(int argc, char** argv) {
     return fail("chmod " + state_dir + ": " + std::strerror(errno));
 
   // Before any thread exists (spdlog's stderr logger starts none): fork is safe only then.
-  auto zygote_path = helper_binary("hutchd-zygote");
-  if (!zygote_path) return fail(zygote_path.error());
+  auto zygote_path = hutch::helper_path("hutchd-zygote");
+  if (!zygote_path) return fail(zygote_path.error().message());
   auto zygote = Zygote::start(*zygote_path);
   if (!zygote) return fail(zygote.error().message());
-  auto bake_path = helper_binary("hutchd-bake");
-  if (!bake_path) return fail(bake_path.error());
+  auto bake_path = hutch::helper_path("hutchd-bake");
+  if (!bake_path) return fail(bake_path.error().message());
   // Every connection is a descriptor, and the soft limit is 1024 under systemd: raise it to the
   // hard limit (after the zygote started, so sandboxes keep the default), else a full
   // --max-connections makes accept fail with EMFILE.
