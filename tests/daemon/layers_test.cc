@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "tests/common/command.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
@@ -300,9 +301,7 @@ TEST_F(LayersTest, GcKeepsLayersOfRunningSandboxes) {
 // True while some process runs `argv` exactly (the kernel's view: /proc/<pid>/cmdline).
 bool process_running(const std::string& argv) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::ifstream in(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (cmdline == argv) return true;
+    if (read_file_or_empty(entry.path() / "cmdline") == argv) return true;
   }
   return false;
 }

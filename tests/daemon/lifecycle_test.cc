@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/common/command.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
 
@@ -56,8 +57,8 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
 // so is a background process of the sandbox.
 // /proc/<pid>/stat's state field, '-' when there is no such process.
 char process_state(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  // read(2) of a process reaped meanwhile fails with ESRCH, which an istreambuf_iterator throws.
+  const std::string stat = read_file_or_empty("/proc/" + std::to_string(pid) + "/stat");
   size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
   return paren == std::string::npos || paren + 2 >= stat.size() ? '-' : stat[paren + 2];
 }
