@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -40,6 +41,7 @@ class Address {
   std::string to_string() const;  // inet_ntop: "10.0.0.1", "::ffff:10.0.0.1", "fe80::1"
 
   friend bool operator==(const Address&, const Address&) = default;
+  friend auto operator<=>(const Address&, const Address&) = default;  // map keys
 
  private:
   Family family_ = Family::kV4;

@@ -28,6 +28,8 @@ packages=(
   clang-16 libclang-rt-16-dev
   systemd dpkg-dev file
   clang-format
+  libboost1.81-dev libnftables-dev libmnl-dev
+  nftables iproute2 curl dnsutils git
 )
 
 missing=()
