@@ -199,6 +199,14 @@ Result<UniqueFd> LiveSandbox::open_root() const {
   return root;
 }
 
+Result<UniqueFd> LiveSandbox::open_netns() const {
+  const std::string path = "/proc/" + std::to_string(ref_.init_pid) + "/ns/net";
+  UniqueFd netns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!netns) return sys_error("open", path);
+  if (!alive()) return plain_error("open netns", "the sandbox's init has exited");
+  return netns;
+}
+
 Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   if (request.argv.empty() || request.argv[0].empty()) return plain_error("exec", "empty argv");
   std::string message(sizeof(ExecRequestHeader), '\0');

@@ -113,6 +113,9 @@ class LiveSandbox {
   // O_PATH|O_DIRECTORY fd of the sandbox's "/" as its init sees it (overlay root, mounts under
   // it): the root for openat2(RESOLVE_IN_ROOT) in the file API.
   Result<UniqueFd> open_root() const;
+  // The sandbox's network namespace (setns(2) joins it), checked the same way: the network
+  // engine's listeners and hutchd's connections to the sandbox's ports are made in it.
+  Result<UniqueFd> open_netns() const;
 
   // Starts a command; returns once it runs (or failed to start: then poll_exit reports it).
   Result<ExecProcess> exec(const ExecRequest& request) const;
