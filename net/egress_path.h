@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "net/address.h"
 #include "runtime/base/error.h"
 #include "runtime/base/unique_fd.h"
 
@@ -41,6 +42,15 @@ Result<void> install_egress_path(int netns_fd);
 // Binds the engine's listeners in `netns_fd`: at create, and again for a sandbox re-adopted
 // after a hutchd restart (the path itself survives in the namespace).
 Result<EgressListeners> bind_egress_listeners(int netns_fd);
+
+// The address and port a connection accepted on an egress listener was dialled to, from
+// conntrack (SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST). Fails when the connection was not
+// redirected (something inside dialled the listener itself on loopback): the engine refuses it.
+struct Destination {
+  Address address;
+  uint16_t port = 0;
+};
+Result<Destination> original_destination(int accepted_fd);
 
 // A socket(2) made in the network namespace `netns_fd` (sockets stay in the namespace they were
 // made in): the engine's upstream sockets in a test's namespace, hutchd's connections to a
