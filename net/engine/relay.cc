@@ -1,12 +1,8 @@
 #include "net/engine/relay.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <array>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
@@ -74,7 +70,7 @@ Relay::Relay(std::shared_ptr<SandboxContext> sandbox, Tcp::socket client, Destin
 void Relay::start() {
   sandbox_->open.insert(shared_from_this());
   sandbox_->with_stats([](SandboxNetStats& stats) { ++stats.active; });
-  up_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  up_.buffer = std::make_unique_for_overwrite<uint8_t[]>(kBufferSize);
   if (FakeNames::in_range(destination_.address)) {
     dns_name_ = [&] {
       std::lock_guard lock(sandbox_->mutex);
@@ -113,6 +109,7 @@ void Relay::read_first_bytes(Sniff sniff) {
         if (self->phase_ != Phase::kFirstBytes) return;
         if (error) {
           self->count_decision(false);
+          self->log_.rule = "name";
           self->log_.reason = "closed by the sandbox before its first bytes were complete";
           self->finish(self->log_.reason, false);
           return;
@@ -289,7 +286,7 @@ void Relay::on_connected() {
   // Relayed segments go out as they come: the two endpoints already chose their own batching.
   client_.set_option(Tcp::no_delay(true), ignored);
   upstream_.set_option(Tcp::no_delay(true), ignored);
-  down_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  down_.buffer = std::make_unique_for_overwrite<uint8_t[]>(kBufferSize);
   last_activity_ = std::chrono::steady_clock::now();
   arm_idle_timer();
   splice(false);
