@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -130,6 +131,30 @@ Exchange exchange(const Address& address, uint16_t port, std::string_view reques
   const int fd = dial(address, port);
   if (fd < 0) {
     out.connect_error = -fd;
+    return out;
+  }
+  if (!send_all(fd, request)) out.send_error = errno;
+  shutdown(fd, SHUT_WR);
+  Received received = read_all(fd);
+  close(fd);
+  out.data = std::move(received.data);
+  out.read_error = received.read_error;
+  return out;
+}
+
+// The same over IPv6, for the engine's [::1] listener.
+Exchange exchange6(const char* address, uint16_t port, std::string_view request) {
+  Exchange out;
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  to.sin6_port = htons(port);
+  inet_pton(AF_INET6, address, &to.sin6_addr);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) != 0) {
+    out.connect_error = errno;
+    close(fd);
     return out;
   }
   if (!send_all(fd, request)) out.send_error = errno;
@@ -793,6 +818,7 @@ TEST_F(EngineTest, KnownNamesSurviveARestartAndNewOnesAreReported) {
       options_, [](const ConnectionLog&) {},
       [&](const std::string& sandbox, const Address& address, const std::string& name) {
         EXPECT_EQ(sandbox, "sb");
+        std::lock_guard lock(mutex_);  // the sink runs on an engine thread
         reported.emplace_back(address, name);
       });
   auto listeners = bind_egress_listeners(sandbox_ns_.get());
@@ -802,14 +828,54 @@ TEST_F(EngineTest, KnownNamesSurviveARestartAndNewOnesAreReported) {
   const Exchange got = in_sandbox([&] { return exchange(cached, 80, get_request("api.test")); });
   EXPECT_EQ(body_of(got.data), "hello from upstream api.test") << got.data;
   EXPECT_EQ(fake("api.test"), cached);
+  std::unique_lock lock(mutex_);
   EXPECT_TRUE(reported.empty()) << "a known name is not new";
+  lock.unlock();
   const Address other = fake("other.test");
+  lock.lock();
   ASSERT_EQ(reported.size(), 1u);
   EXPECT_EQ(reported[0].first, other);
   EXPECT_EQ(reported[0].second, "other.test");
+  lock.unlock();
   EXPECT_FALSE(
       engine_->attach("sb2", EgressListeners{}, test_policy(), {{addr("203.0.113.1"), "x.test"}}))
       << "a known address outside the fake range";
+  engine_.reset();  // before `reported`, which its sink writes
+}
+
+TEST_F(EngineTest, Ipv6LiteralsReachTheEngineAndAreDecided) {
+  start_engine();
+  const Exchange named =
+      in_sandbox([&] { return exchange6("2001:db8::10", 80, get_request("evil.test")); });
+  EXPECT_EQ(named.data.rfind("HTTP/1.1 403", 0), 0u) << named.data << " " << named.connect_error;
+  EXPECT_EQ(nlohmann::json::parse(body_of(named.data), nullptr, false)["host"], "evil.test");
+  const Exchange bare = in_sandbox([&] { return exchange6("2001:db8::10", 22, "x"); });
+  EXPECT_TRUE(bare.reset());
+  std::lock_guard lock(mutex_);
+  EXPECT_TRUE(std::any_of(logs_.begin(), logs_.end(), [](const ConnectionLog& log) {
+    return log.address == "2001:db8::10" && log.port == 22 && log.rule == "default";
+  }));
+}
+
+// getaddrinfo off the caller's thread. The resolver's threads are made in a namespace with only
+// lo (threads inherit the creating thread's namespace), so no lookup can leave the machine.
+TEST(SystemResolverTest, ResolvesOnItsOwnThreads) {
+  HUTCH_REQUIRE_ROOT();
+  UniqueFd isolated = new_netns();
+  HUTCH_REQUIRE(static_cast<bool>(isolated), "unshare(CLONE_NEWNET) failed");
+  std::shared_ptr<Resolver> resolver = in_netns(isolated.get(), [] { return system_resolver(); });
+  std::promise<std::pair<std::thread::id, Result<std::vector<Address>>>> got;
+  resolver->resolve("localhost", [&](Result<std::vector<Address>> addresses) {
+    got.set_value({std::this_thread::get_id(), std::move(addresses)});
+  });
+  auto future = got.get_future();
+  ASSERT_EQ(future.wait_for(10s), std::future_status::ready);
+  auto [thread, addresses] = future.get();
+  EXPECT_NE(thread, std::this_thread::get_id());
+  ASSERT_TRUE(addresses) << addresses.error().message();
+  EXPECT_TRUE(std::any_of(addresses->begin(), addresses->end(), [](const Address& address) {
+    return address == addr("127.0.0.1") || address == addr("::1");
+  }));
 }
 
 double median(std::vector<double> values) {
