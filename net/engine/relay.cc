@@ -202,16 +202,19 @@ void Relay::decide() {
   // Denied names are never looked up: a lookup would carry the name to the host's resolver.
   Decision by_name = decide_name(*policy, *name);
   if (!by_name.allowed) return deny(std::move(by_name));
+  // The resolver may outlive the engine (and run the callback on its own thread, after the
+  // engine is gone): the callback holds only weak references and the gate.
   std::weak_ptr<Relay> weak = shared_from_this();
-  std::shared_ptr<SandboxContext> sandbox = sandbox_;
-  sandbox_->resolver->resolve(
-      *name, [weak, sandbox, name = *name](Result<std::vector<Address>> addresses) {
-        std::lock_guard lock(sandbox->gate->mutex);
-        if (!sandbox->gate->open) return;
-        asio::post(sandbox->strand, [weak, name, addresses = std::move(addresses)]() mutable {
-          if (auto self = weak.lock()) self->on_resolved(name, std::move(addresses));
-        });
-      });
+  std::weak_ptr<SandboxContext> weak_sandbox = sandbox_;
+  sandbox_->resolver->resolve(*name, [weak, weak_sandbox, gate = sandbox_->gate,
+                                      name = *name](Result<std::vector<Address>> addresses) {
+    std::lock_guard lock(gate->mutex);
+    auto sandbox = weak_sandbox.lock();
+    if (!gate->open || !sandbox) return;
+    asio::post(sandbox->strand, [weak, name, addresses = std::move(addresses)]() mutable {
+      if (auto self = weak.lock()) self->on_resolved(name, std::move(addresses));
+    });
+  });
 }
 
 void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> addresses) {

@@ -366,6 +366,32 @@ class RecordingResolver final : public Resolver {
   std::set<std::string> asked_;
 };
 
+// Keeps every lookup until told to answer: lookups still pending when the engine goes.
+class ParkedResolver final : public Resolver {
+ public:
+  void resolve(const std::string&,
+               std::function<void(Result<std::vector<Address>>)> done) override {
+    std::lock_guard lock(mutex_);
+    parked_.push_back(std::move(done));
+  }
+  size_t parked() {
+    std::lock_guard lock(mutex_);
+    return parked_.size();
+  }
+  void answer_all(const std::vector<Address>& addresses) {
+    std::vector<std::function<void(Result<std::vector<Address>>)>> all;
+    {
+      std::lock_guard lock(mutex_);
+      all.swap(parked_);
+    }
+    for (auto& done : all) done(addresses);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::function<void(Result<std::vector<Address>>)>> parked_;
+};
+
 Policy test_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
@@ -877,6 +903,23 @@ TEST(SystemResolverTest, ResolvesOnItsOwnThreads) {
   EXPECT_TRUE(std::any_of(addresses->begin(), addresses->end(), [](const Address& address) {
     return address == addr("127.0.0.1") || address == addr("::1");
   }));
+}
+
+TEST_F(EngineTest, LookupsPendingWhenTheEngineGoesAreDropped) {
+  auto parked = std::make_shared<ParkedResolver>();
+  options_.resolver = parked;
+  start_engine();
+  const Address api = fake("api.test");
+  const Received cut = in_sandbox([&] {
+    const int fd = dial(api, 22);
+    EXPECT_TRUE(testing::wait_until([&] { return parked->parked() == 1; }, 5s, "the lookup"));
+    engine_.reset();
+    Received rest = read_all(fd);
+    close(fd);
+    return rest;
+  });
+  EXPECT_EQ(cut.read_error, ECONNRESET);
+  parked->answer_all({kApi});  // after the engine: nothing may run, nothing may crash
 }
 
 double median(std::vector<double> values) {
