@@ -439,6 +439,10 @@ class EngineTest : public ::testing::Test {
       return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
     });
     ASSERT_TRUE(upstream_ready) << "ip addr add in the upstream namespace";
+    // lo comes up with the sandbox's namespace (the runtime makes it so), before the path.
+    ASSERT_TRUE(in_netns(sandbox_ns_.get(), [] {
+      return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
+    }));
     auto installed = install_egress_path(sandbox_ns_.get());
     ASSERT_TRUE(installed) << installed.error().message();
     servers_.push_back(std::make_unique<Upstream>(upstream_ns_.get(), kApi, 80, serve_http));
