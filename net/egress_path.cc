@@ -54,8 +54,8 @@ auto in_netns(int netns_fd, Body&& body) -> decltype(body()) {
 Result<void> check_owned_by_us(int netns_fd) {
   UniqueFd owner(ioctl(netns_fd, NS_GET_USERNS));
   if (!owner) return sys_error("ioctl", "NS_GET_USERNS of netns fd " + std::to_string(netns_fd));
-  struct stat owner_stat {
-  }, own_stat{};
+  struct stat owner_stat = {};
+  struct stat own_stat = {};
   if (fstat(owner.get(), &owner_stat) != 0) return sys_error("fstat", "owner user namespace");
   if (stat("/proc/self/ns/user", &own_stat) != 0) return sys_error("stat", "/proc/self/ns/user");
   if (owner_stat.st_ino != own_stat.st_ino || owner_stat.st_dev != own_stat.st_dev) {
@@ -90,9 +90,8 @@ Result<void> wait_until_local(Rtnetlink& rtnetlink, const Address& address) {
   return {};
 }
 
-// The dead end: veth up, its addresses, default routes through it.
-Result<void> add_dead_end(Rtnetlink& rtnetlink) {
-  HUTCH_TRY(rtnetlink.add_veth_pair(kVethName, kVethPeer));
+// The dead end on a new veth: both ends up, its addresses, default routes through it.
+Result<void> configure_dead_end(Rtnetlink& rtnetlink) {
   // Both ends up, or the kernel treats the link as without carrier.
   HUTCH_TRY(rtnetlink.set_link_up(kVethName));
   HUTCH_TRY(rtnetlink.set_link_up(kVethPeer));
@@ -103,6 +102,12 @@ Result<void> add_dead_end(Rtnetlink& rtnetlink) {
   // ::1 too: lo may have come up just before (make_loopback_netns), and the redirect goes there.
   HUTCH_TRY(wait_until_local(rtnetlink, *Address::parse("::1")));
   return wait_until_local(rtnetlink, Address::v6(kVethV6));
+}
+
+// Adds a failed undo step to the error being returned.
+void note_undo(Error& error, const Result<void>& undone) {
+  if (!undone)
+    error.detail += " (undoing the install failed too: " + undone.error().message() + ")";
 }
 
 // In the target namespace. Rules before routes: the namespace never has a way out that the
@@ -116,15 +121,17 @@ Result<void> install_here() {
   const std::vector<Cidr> floor = Floor::static_ranges();
   // One transaction starting with `create table`: on an existing table nothing changes.
   HUTCH_TRY(run_nft(egress_ruleset(floor)));
+  // From here on a failure undoes what this call made: deleting the veth takes its addresses and
+  // routes with it.
   auto rtnetlink = Rtnetlink::open();
-  Result<void> dead_end = rtnetlink ? add_dead_end(*rtnetlink) : std::unexpected(rtnetlink.error());
-  if (!dead_end) {
-    // Undo this call's work; deleting the veth takes its addresses and routes with it. An EEXIST
-    // of the veth (a name taken after the check above) leaves that link alone.
-    if (rtnetlink && dead_end.error().err != EEXIST) (void)rtnetlink->delete_link(kVethName);
-    (void)run_nft(kDeleteEgressTable);
+  Result<void> done = rtnetlink ? rtnetlink->add_veth_pair(kVethName, kVethPeer)
+                                : Result<void>(std::unexpect, rtnetlink.error());
+  if (done) {
+    done = configure_dead_end(*rtnetlink);
+    if (!done) note_undo(done.error(), rtnetlink->delete_link(kVethName));
   }
-  return dead_end;
+  if (!done) note_undo(done.error(), run_nft(kDeleteEgressTable));
+  return done;
 }
 
 // A listener on loopback at `port`: TCP listening, UDP bound.
