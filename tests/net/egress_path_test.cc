@@ -8,11 +8,13 @@
 #include <fcntl.h>
 #include <libmnl/libmnl.h>
 #include <linux/rtnetlink.h>
+#include <linux/sockios.h>
 #include <netinet/icmp6.h>
 #include <netinet/in.h>
 #include <netinet/ip_icmp.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -319,19 +322,21 @@ TEST_F(EgressPathTest, SecondInstallFailsAndChangesNothing) {
   EXPECT_EQ(connect_from_inside(endpoint("169.254.169.254", 80)), ECONNREFUSED);
 }
 
+// Runs `body` (returning 0 for success) in a child that joined `netns`: 0, or the child's status.
+template <class Body>
+int in_child(int netns, Body body) {
+  const pid_t child = fork();
+  if (child == 0) _exit(setns(netns, CLONE_NEWNET) == 0 ? body() : 100);
+  int status = -1;
+  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  return status;
+}
+
 TEST_F(EgressPathTest, TableWithoutTheVethIsRefusedWholeAndLeftAsItWas) {
   // A namespace with only a table of that name: the transaction fails, no veth is added.
   auto made = make_loopback_netns();
   ASSERT_TRUE(made) << made.error().message();
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    if (setns(made->get(), CLONE_NEWNET) != 0) _exit(10);
-    _exit(run_nft("add table inet hutch") ? 0 : 11);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_EQ(status, 0);
+  ASSERT_EQ(in_child(made->get(), [] { return run_nft("add table inet hutch") ? 0 : 1; }), 0);
   auto installed = install_egress_path(made->get());
   ASSERT_FALSE(installed);
   EXPECT_NE(installed.error().message().find("File exists"), std::string::npos)
@@ -340,6 +345,49 @@ TEST_F(EgressPathTest, TableWithoutTheVethIsRefusedWholeAndLeftAsItWas) {
   UniqueFd tcp = std::move(*socket_in_netns(made->get(), AF_INET, SOCK_STREAM));
   EXPECT_EQ(connect(tcp.get(), to.get(), to.length), -1);
   EXPECT_EQ(errno, ENETUNREACH) << "no route was added";
+}
+
+TEST_F(EgressPathTest, FailureAfterTheRulesUndoesThemAndLeavesOthersLinksAlone) {
+  // The peer's name taken by a link of someone else's: the veth cannot be made.
+  auto made = make_loopback_netns();
+  ASSERT_TRUE(made) << made.error().message();
+  ASSERT_EQ(in_child(made->get(),
+                     [] {
+                       auto rtnetlink = Rtnetlink::open();
+                       return rtnetlink && rtnetlink->add_veth_pair("hutch1", "theirs") ? 0 : 1;
+                     }),
+            0);
+  auto installed = install_egress_path(made->get());
+  ASSERT_FALSE(installed);
+  EXPECT_EQ(installed.error().err, EEXIST) << installed.error().message();
+  EXPECT_EQ(in_child(made->get(),
+                     [] {
+                       auto listed = run_nft("list table inet hutch");
+                       auto has_theirs = has_link("hutch1");
+                       return (listed ? 1 : 0) | (has_theirs && *has_theirs ? 0 : 2);
+                     }),
+            0)
+      << "1: the table is still there, 2: the other link was deleted";
+}
+
+TEST_F(EgressPathTest, TheListenersPinTheNamespaceUntilTheyClose) {
+  struct stat netns_stat {};
+  ASSERT_EQ(fstat(netns_.get(), &netns_stat), 0);
+  netns_.reset();
+  // A socket keeps the namespace it was made in (SIOCGSKNS opens it from the socket).
+  UniqueFd from_socket(ioctl(listeners_.tcp4.get(), SIOCGSKNS));
+  ASSERT_TRUE(from_socket) << std::strerror(errno);
+  struct stat pinned {};
+  ASSERT_EQ(fstat(from_socket.get(), &pinned), 0);
+  EXPECT_EQ(pinned.st_ino, netns_stat.st_ino);
+  from_socket.reset();
+  listeners_ = EgressListeners();
+  // Nothing of this process refers to it any more: the kernel frees it (asynchronously).
+  const std::string link = "net:[" + std::to_string(netns_stat.st_ino) + "]";
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code error;
+    EXPECT_NE(std::filesystem::read_symlink(entry.path(), error).string(), link) << entry.path();
+  }
 }
 
 TEST_F(EgressPathTest, SecondBindFailsWithAddressInUse) {
