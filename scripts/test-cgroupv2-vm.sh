@@ -35,7 +35,8 @@
 #   HUTCH_VM_EXPORT       names of variables exported into the guest with their values here
 #   HUTCH_VM_TEST_CGROUP  cgroup each binary runs in, as <this>/<name> (default /hutch-vm.slice,
 #                         like a service on a systemd host; "/" runs them in the root cgroup)
-#   HUTCH_VM_MODULES      kernel modules to insmod, with their dependencies (default "overlay")
+#   HUTCH_VM_MODULES      kernel modules to insmod, with their dependencies (default "overlay",
+#                         and veth and nftables for the egress path: see egress_modules below)
 #   HUTCH_VM_KERNEL_PKG   kernel package to use instead of linux-image-cloud-amd64's dependency
 #   HUTCH_VM_APPEND       extra kernel command line
 #   HUTCH_VM_LOG          also save the full console log to this file
@@ -82,7 +83,9 @@ cache=${HUTCH_VM_CACHE:-${HOME:?}/.cache/hutch-vm}
 budget=${HUTCH_VM_TIMEOUT:-300}
 memory=${HUTCH_VM_MEMORY:-1024}
 smp=${HUTCH_VM_SMP:-2}
-modules=${HUTCH_VM_MODULES-overlay}
+# net/egress_path.h: a veth dead end and nftables with NAT (redirect), conntrack and reject.
+egress_modules="veth nf_tables nft_chain_nat nft_redir nft_ct nft_reject_inet"
+modules=${HUTCH_VM_MODULES-overlay $egress_modules}
 meta_pkg=linux-image-cloud-amd64
 verbose=${HUTCH_VM_VERBOSE:-0}
 strip=${HUTCH_VM_STRIP:-1}

@@ -37,12 +37,13 @@ fi
 
 # What the suite and the demo run, besides hutch itself: every Essential package (sh, hostname,
 # coreutils, ... in sandboxes), Debian's python3 (tests and the demo's skill), busybox-static (the
-# probe's peers), mount tools, ctest, mkfs.erofs (layer images) and the tools tests call on the
-# host side.
+# probe's peers), mount tools, ctest, mkfs.erofs (layer images), the tools tests call on the
+# host side, and libnftables/libmnl (the egress path's shared libraries: copy_with_libs brings
+# every `ldd` library of the build tree's executables too, this keeps their packages whole).
 essential=$(dpkg-query -W -f='${Essential} ${db:Status-Status} ${Package}\n' |
   awk '$1 == "yes" && $2 == "installed" { print $3 }')
 packages="$essential python3 busybox-static mount cmake e2fsprogs erofs-utils libarchive13 mawk
-  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3"
+  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0"
 # The source tree (tests read scripts and data from it) without other build trees, and BUILD_DIR.
 files=()
 for f in "$src"/* "$src"/.clang-format; do
@@ -53,7 +54,9 @@ files+=("$build")
 export HUTCH_VM_NAME=vm-6.1
 export HUTCH_VM_PACKAGES=${packages//$'\n'/ }
 export HUTCH_VM_FILES="${files[*]}"
-export HUTCH_VM_MODULES=${HUTCH_VM_MODULES-overlay erofs loop}
+# The egress path (net/egress_path.h) needs veth and nftables with NAT, conntrack and reject,
+# which Debian's 6.1 has as modules (their dependencies come from each module's .modinfo).
+export HUTCH_VM_MODULES=${HUTCH_VM_MODULES-overlay erofs loop veth nf_tables nft_chain_nat nft_redir nft_ct nft_reject_inet}
 export HUTCH_VM_TIMEOUT=${HUTCH_VM_TIMEOUT:-1800}
 export HUTCH_VM_MEMORY=${HUTCH_VM_MEMORY:-3072}
 export HUTCH_VM_BUILD_DIR=$build HUTCH_VM_CTEST_TIMEOUT=${HUTCH_VM_CTEST_TIMEOUT:-240}
