@@ -1,0 +1,415 @@
+#include "net/engine/relay.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+#include <span>
+#include <string_view>
+#include <utility>
+
+#include "net/egress_path.h"
+#include "net/engine/fake_names.h"
+#include "net/http_head.h"
+#include "net/tls_hello.h"
+
+namespace hutch::net {
+namespace {
+
+constexpr std::string_view kBadRequest =
+    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+using Tcp = asio::ip::tcp;
+
+asio::ip::address to_asio(const Address& address) {
+  if (address.is_v4()) return asio::ip::address_v4(address.v4_value());
+  asio::ip::address_v6::bytes_type bytes;
+  std::memcpy(bytes.data(), address.bytes().data(), bytes.size());
+  return asio::ip::address_v6(bytes);
+}
+
+// The methods of RFC 9110 and PATCH, followed by a space: what a plain-HTTP client sends first.
+bool looks_like_http(std::span<const uint8_t> bytes) {
+  static constexpr std::array<std::string_view, 9> kMethods{
+      "GET ", "POST ", "HEAD ", "PUT ", "DELETE ", "OPTIONS ", "PATCH ", "CONNECT ", "TRACE "};
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  for (std::string_view method : kMethods) {
+    if (text.starts_with(method.substr(0, std::min(method.size(), text.size())))) return true;
+  }
+  return false;
+}
+
+Decision refusal(std::string rule, std::string reason) {
+  return Decision{false, std::move(rule), std::move(reason)};
+}
+
+}  // namespace
+
+void reset_socket(Tcp::socket& socket) {
+  if (!socket.is_open()) return;
+  boost::system::error_code ignored;
+  socket.set_option(asio::socket_base::linger(true, 0), ignored);
+  socket.close(ignored);
+}
+
+Relay::Relay(std::shared_ptr<SandboxContext> sandbox, Tcp::socket client, Destination destination)
+    : sandbox_(std::move(sandbox)),
+      client_(std::move(client)),
+      upstream_(sandbox_->strand),
+      timer_(sandbox_->strand),
+      destination_(destination) {
+  log_.sandbox = sandbox_->name;
+  log_.protocol = "tcp";
+  log_.port = destination_.port;
+  log_.started = std::chrono::system_clock::now();
+  started_steady_ = std::chrono::steady_clock::now();
+}
+
+void Relay::start() {
+  sandbox_->open.insert(shared_from_this());
+  sandbox_->with_stats([](SandboxNetStats& stats) { ++stats.active; });
+  up_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  if (FakeNames::in_range(destination_.address)) {
+    dns_name_ = [&] {
+      std::lock_guard lock(sandbox_->mutex);
+      return sandbox_->fake_names.name_of(destination_.address);
+    }();
+    if (!dns_name_) {
+      log_.address = destination_.address.to_string();
+      deny(refusal("name", "no name was given out as " + destination_.address.to_string()));
+      return;
+    }
+    log_.name = dns_name_;
+  }
+  if (destination_.port == 443) {
+    read_first_bytes(Sniff::kTls);
+  } else if (destination_.port == 80) {
+    read_first_bytes(Sniff::kHttp);
+  } else {
+    // Other ports are decided before any byte: ssh, SMTP and databases speak first.
+    decide();
+  }
+}
+
+void Relay::read_first_bytes(Sniff sniff) {
+  if (peeked_ == 0) {
+    timer_.expires_after(sandbox_->options.first_bytes_timeout);
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+      if (error || self->phase_ != Phase::kFirstBytes) return;
+      self->deny(refusal(
+          "name", "no TLS ClientHello or HTTP head within " +
+                      std::to_string(self->sandbox_->options.first_bytes_timeout.count()) + " ms"));
+    });
+  }
+  client_.async_read_some(
+      asio::buffer(up_.buffer.get() + peeked_, kBufferSize - peeked_),
+      [self = shared_from_this(), sniff](const boost::system::error_code& error, size_t n) {
+        if (self->phase_ != Phase::kFirstBytes) return;
+        if (error) {
+          self->count_decision(false);
+          self->log_.reason = "closed by the sandbox before its first bytes were complete";
+          self->finish(self->log_.reason, false);
+          return;
+        }
+        self->peeked_ += n;
+        self->on_first_bytes(sniff);
+      });
+}
+
+void Relay::on_first_bytes(Sniff sniff) {
+  const std::span<const uint8_t> bytes(up_.buffer.get(), peeked_);
+  const bool full = peeked_ == kBufferSize;
+  if (sniff == Sniff::kTls || bytes[0] == 0x16) {
+    const ClientHello hello = parse_client_hello(bytes);
+    switch (hello.status) {
+      case HelloStatus::kNeedMore:
+        if (!full) return read_first_bytes(Sniff::kTls);
+        return deny(refusal("name", "TLS ClientHello larger than 64 KiB"));
+      case HelloStatus::kComplete:
+        sni_ = hello.server_name;
+        [[fallthrough]];
+      case HelloStatus::kNoSni:
+        log_.protocol = "tls";
+        return decide();
+      case HelloStatus::kMalformed:
+        log_.protocol = "tls";
+        return deny(refusal("name", "malformed TLS ClientHello: " + hello.detail));
+      case HelloStatus::kNotTls:
+        if (!looks_like_http(bytes)) return decide();
+        break;
+    }
+  }
+  if (!looks_like_http(bytes)) return decide();
+  const HttpHead head = parse_http_head(bytes);
+  log_.protocol = "http";
+  if (head.status == HeadStatus::kNeedMore) {
+    if (!full) return read_first_bytes(Sniff::kHttp);
+    return deny(refusal("name", "HTTP request head larger than 64 KiB"));
+  }
+  if (head.status == HeadStatus::kMalformed) {
+    phase_ = Phase::kDone;
+    timer_.cancel();
+    count_decision(false);
+    log_.rule = "name";
+    log_.reason = "malformed HTTP request head: " + head.detail;
+    asio::async_write(client_, asio::buffer(kBadRequest),
+                      [self = shared_from_this()](const boost::system::error_code&, size_t) {
+                        self->finish(self->log_.reason, false);
+                      });
+    return;
+  }
+  is_http_ = true;
+  http_host_ = head.host;
+  if (!head.host.empty()) {
+    auto host = parse_host(head.host);
+    if (!host) return deny(refusal("name", "HTTP Host: " + host.error().detail));
+    host_name_ = host->name;
+    host_address_ = host->address;
+  }
+  decide();
+}
+
+void Relay::decide() {
+  timer_.cancel();
+  phase_ = Phase::kResolving;
+  const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
+  const Floor& floor = sandbox_->options.floor;
+  const Address& dialled = destination_.address;
+  const bool literal = !dns_name_.has_value();
+  if (http_host_.empty()) http_host_ = dns_name_.value_or(sni_.value_or(dialled.to_string()));
+  // An IP-literal Host must be the address dialled (for a fake address it names nothing).
+  if (host_address_ && (!literal || !(host_address_->effective() == dialled.effective()))) {
+    return deny(refusal("name", "HTTP Host " + host_address_->to_string() +
+                                    " is not the address dialled, " + dialled.to_string()));
+  }
+  std::vector<NameSeen> seen;
+  if (dns_name_) seen.push_back({"dns", *dns_name_});
+  if (sni_) seen.push_back({"sni", *sni_});
+  if (host_name_) seen.push_back({"host", *host_name_});
+  if (seen.empty()) {
+    log_.address = dialled.to_string();
+    Decision decision =
+        net::decide(*policy, floor, Connection{std::nullopt, dialled, destination_.port});
+    if (!decision.allowed) return deny(std::move(decision));
+    return dial(dialled, std::move(decision));
+  }
+  auto name = agree_names(seen);
+  if (!name) return deny(refusal("name", name.error().detail));
+  log_.name = *name;
+  // Denied names are never looked up: a lookup would carry the name to the host's resolver.
+  Decision by_name = decide_name(*policy, *name);
+  if (!by_name.allowed) return deny(std::move(by_name));
+  std::weak_ptr<Relay> weak = shared_from_this();
+  std::shared_ptr<SandboxContext> sandbox = sandbox_;
+  sandbox_->resolver->resolve(
+      *name, [weak, sandbox, name = *name](Result<std::vector<Address>> addresses) {
+        std::lock_guard lock(sandbox->gate->mutex);
+        if (!sandbox->gate->open) return;
+        asio::post(sandbox->strand, [weak, name, addresses = std::move(addresses)]() mutable {
+          if (auto self = weak.lock()) self->on_resolved(name, std::move(addresses));
+        });
+      });
+}
+
+void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> addresses) {
+  if (phase_ != Phase::kResolving) return;
+  if (!addresses)
+    return deny(refusal("name", "cannot resolve " + name + ": " + addresses.error().message()));
+  const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
+  const Floor& floor = sandbox_->options.floor;
+  // A name given with an IP-literal destination (SNI or Host) must resolve to that address:
+  // otherwise an allowed name would carry a connection to any address the sandbox picks.
+  const bool literal = !dns_name_.has_value();
+  std::optional<Decision> refused;
+  for (const Address& address : *addresses) {
+    if (literal && !(address.effective() == destination_.address.effective())) continue;
+    log_.address = address.to_string();
+    Decision checked = check_resolved(*policy, floor, name, address);
+    if (!checked.allowed) {
+      refused = std::move(checked);
+      continue;
+    }
+    Decision decision = net::decide(*policy, floor, Connection{name, address, destination_.port});
+    if (decision.allowed) return dial(address, std::move(decision));
+    refused = std::move(decision);
+  }
+  if (refused) return deny(std::move(*refused));
+  if (literal) {
+    log_.address = destination_.address.to_string();
+    return deny(refusal("name", name + " does not resolve to " + destination_.address.to_string() +
+                                    ", the address dialled"));
+  }
+  deny(refusal("name", name + " resolves to no address"));
+}
+
+void Relay::dial(const Address& address, Decision decision) {
+  count_decision(true);
+  log_.allowed = true;
+  log_.address = address.to_string();
+  log_.rule = std::move(decision.rule);
+  log_.reason = std::move(decision.reason);
+  phase_ = Phase::kConnecting;
+  const int domain = address.is_v4() ? AF_INET : AF_INET6;
+  const int type = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
+  Result<UniqueFd> fd = sandbox_->options.upstream_netns_fd >= 0
+                            ? socket_in_netns(sandbox_->options.upstream_netns_fd, domain, type)
+                            : Result<UniqueFd>(UniqueFd(::socket(domain, type, 0)));
+  if (fd && !*fd) fd = sys_error("socket", address.is_v4() ? "AF_INET" : "AF_INET6");
+  if (!fd) return finish("upstream socket: " + fd.error().message(), true);
+  boost::system::error_code error;
+  upstream_.assign(address.is_v4() ? Tcp::v4() : Tcp::v6(), fd->get(), error);
+  if (error) return finish("upstream socket: " + error.message(), true);
+  fd->release();
+  timer_.expires_after(sandbox_->options.connect_timeout);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (error || self->phase_ != Phase::kConnecting) return;
+    self->finish("connect to " + self->log_.address + ": timed out", true);
+  });
+  upstream_.async_connect(
+      Tcp::endpoint(to_asio(address), destination_.port),
+      [self = shared_from_this()](const boost::system::error_code& error) {
+        if (self->phase_ != Phase::kConnecting) return;
+        if (error) {
+          return self->finish("connect to " + self->log_.address + ": " + error.message(), true);
+        }
+        self->on_connected();
+      });
+}
+
+void Relay::on_connected() {
+  timer_.cancel();
+  phase_ = Phase::kSplicing;
+  boost::system::error_code ignored;
+  // Relayed segments go out as they come: the two endpoints already chose their own batching.
+  client_.set_option(Tcp::no_delay(true), ignored);
+  upstream_.set_option(Tcp::no_delay(true), ignored);
+  down_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  last_activity_ = std::chrono::steady_clock::now();
+  arm_idle_timer();
+  splice(false);
+  if (peeked_ == 0) return splice(true);
+  up_.bytes += peeked_;
+  asio::async_write(upstream_, asio::buffer(up_.buffer.get(), peeked_),
+                    [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+                      if (self->phase_ != Phase::kSplicing) return;
+                      if (error) return self->finish("write upstream: " + error.message(), true);
+                      self->splice(true);
+                    });
+}
+
+void Relay::splice(bool up) {
+  Tcp::socket& from = up ? client_ : upstream_;
+  Direction& direction = up ? up_ : down_;
+  from.async_read_some(
+      asio::buffer(direction.buffer.get(), kBufferSize),
+      [self = shared_from_this(), up](const boost::system::error_code& error, size_t n) {
+        if (self->phase_ != Phase::kSplicing) return;
+        Tcp::socket& to = up ? self->upstream_ : self->client_;
+        Direction& direction = up ? self->up_ : self->down_;
+        if (error == asio::error::eof) {
+          // Half-close: the other side may still have things to say.
+          boost::system::error_code ignored;
+          to.shutdown(Tcp::socket::shutdown_send, ignored);
+          direction.done = true;
+          if (self->up_.done && self->down_.done) self->finish("closed", false);
+          return;
+        }
+        if (error) {
+          return self->finish(
+              std::string(up ? "read from the sandbox: " : "read upstream: ") + error.message(),
+              true);
+        }
+        direction.bytes += n;
+        self->last_activity_ = std::chrono::steady_clock::now();
+        asio::async_write(to, asio::buffer(direction.buffer.get(), n),
+                          [self, up](const boost::system::error_code& error, size_t) {
+                            if (self->phase_ != Phase::kSplicing) return;
+                            if (error) {
+                              return self->finish(
+                                  std::string(up ? "write upstream: " : "write to the sandbox: ") +
+                                      error.message(),
+                                  true);
+                            }
+                            self->splice(up);
+                          });
+      });
+}
+
+// One timer for the connection's life, not one reset per read: it wakes at the earliest moment
+// the connection could have been idle long enough, and sleeps again if it was not.
+void Relay::arm_idle_timer() {
+  timer_.expires_at(last_activity_ + sandbox_->options.idle_timeout);
+  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+    if (error || self->phase_ != Phase::kSplicing) return;
+    if (std::chrono::steady_clock::now() - self->last_activity_ >=
+        self->sandbox_->options.idle_timeout) {
+      return self->finish(
+          "idle for " + std::to_string(self->sandbox_->options.idle_timeout.count()) + " ms", true);
+    }
+    self->arm_idle_timer();
+  });
+}
+
+void Relay::deny(Decision decision) {
+  count_decision(false);
+  log_.allowed = false;
+  log_.rule = std::move(decision.rule);
+  log_.reason = std::move(decision.reason);
+  if (log_.address.empty() && !dns_name_) log_.address = destination_.address.to_string();
+  if (!is_http_) return finish(log_.reason, true);
+  phase_ = Phase::kDone;
+  timer_.cancel();
+  auto response = std::make_shared<std::string>(
+      build_forbidden_response(http_host_, destination_.port, log_.rule, log_.reason));
+  asio::async_write(
+      client_, asio::buffer(*response),
+      [self = shared_from_this(), response](const boost::system::error_code&, size_t) {
+        boost::system::error_code ignored;
+        self->client_.shutdown(Tcp::socket::shutdown_send, ignored);
+        self->finish(self->log_.reason, false);
+      });
+}
+
+void Relay::count_decision(bool allowed) {
+  sandbox_->with_stats([allowed](SandboxNetStats& stats) {
+    ++stats.connections;
+    if (!allowed) ++stats.denied;
+  });
+}
+
+void Relay::finish(std::string reason, bool reset) {
+  if (!sandbox_->open.contains(shared_from_this())) return;
+  phase_ = Phase::kDone;
+  boost::system::error_code ignored;
+  timer_.cancel();
+  if (reset) {
+    reset_socket(client_);
+    reset_socket(upstream_);
+  } else {
+    client_.close(ignored);
+    upstream_.close(ignored);
+  }
+  if (log_.allowed && reason != "closed") log_.reason += "; ended: " + reason;
+  log_.bytes_up = up_.bytes;
+  log_.bytes_down = down_.bytes;
+  log_.duration_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_steady_)
+          .count();
+  sandbox_->with_stats([this](SandboxNetStats& stats) {
+    --stats.active;
+    stats.bytes_up += up_.bytes;
+    stats.bytes_down += down_.bytes;
+  });
+  if (sandbox_->log) sandbox_->log(log_);
+  sandbox_->open.erase(shared_from_this());
+}
+
+void Relay::close() { finish("the sandbox was detached", true); }
+
+}  // namespace hutch::net

@@ -1,0 +1,72 @@
+// One TCP connection from a sandbox, from accept to close: learns its names (fake address, TLS
+// SNI, HTTP Host), decides, resolves and checks, dials the checked address and splices both ways.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "net/address.h"
+#include "net/egress_path.h"
+#include "net/engine/sandbox.h"
+#include "net/policy.h"
+
+namespace hutch::net {
+
+// Resets a connection: SO_LINGER 0, then close, so the peer gets an RST rather than a FIN.
+void reset_socket(asio::ip::tcp::socket& socket);
+
+// Accepted by one of the sandbox's listeners; start() it on the sandbox's strand.
+class Relay final : public Closable, public std::enable_shared_from_this<Relay> {
+ public:
+  static constexpr size_t kBufferSize = 64 * 1024;
+
+  Relay(std::shared_ptr<SandboxContext> sandbox, asio::ip::tcp::socket client,
+        Destination destination);
+  void start();
+  void close() override;
+
+ private:
+  enum class Phase : uint8_t { kFirstBytes, kResolving, kConnecting, kSplicing, kDone };
+  enum class Sniff : uint8_t { kTls, kHttp };
+  struct Direction {
+    std::unique_ptr<uint8_t[]> buffer;
+    uint64_t bytes = 0;
+    bool done = false;
+  };
+
+  void read_first_bytes(Sniff sniff);
+  void on_first_bytes(Sniff sniff);
+  void decide();
+  void on_resolved(const std::string& name, Result<std::vector<Address>> addresses);
+  void dial(const Address& address, Decision decision);
+  void on_connected();
+  void splice(bool up);
+  void arm_idle_timer();
+  void deny(Decision decision);
+  void finish(std::string reason, bool reset);
+  void count_decision(bool allowed);
+
+  std::shared_ptr<SandboxContext> sandbox_;
+  asio::ip::tcp::socket client_;
+  asio::ip::tcp::socket upstream_;
+  asio::steady_timer timer_;
+  Destination destination_;
+  Phase phase_ = Phase::kFirstBytes;
+  size_t peeked_ = 0;  // first bytes read into up_.buffer before deciding
+  Direction up_, down_;
+  std::chrono::steady_clock::time_point last_activity_;
+  std::chrono::steady_clock::time_point started_steady_;
+  bool is_http_ = false;  // a whole request head was read: a denial is a 403
+  std::optional<std::string> dns_name_, sni_, host_name_;
+  std::optional<Address> host_address_;  // an IP-literal Host
+  std::string http_host_;                // the Host as the 403 names it
+  ConnectionLog log_;
+};
+
+}  // namespace hutch::net

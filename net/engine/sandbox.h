@@ -1,0 +1,74 @@
+// What the engine keeps per attached sandbox, shared by its listeners, its DNS stub and its
+// relays. Threading: every socket of a sandbox lives on the sandbox's strand (one at a time, no
+// locks on the I/O path; sandboxes run in parallel on the engine's threads). The policy, the fake
+// names and the stats are also read by callers' threads (set_policy, stats), so they sit behind
+// one mutex, held only to copy or update them, never across I/O or a callback.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "net/engine/engine.h"
+#include "net/engine/fake_names.h"
+
+namespace hutch::net {
+
+namespace asio = boost::asio;
+using Strand = asio::strand<asio::io_context::executor_type>;
+
+// Resolver callbacks come from the resolver's threads, possibly while the engine is being
+// destroyed: they post through the gate, which the engine closes before its io_context goes.
+struct Gate {
+  std::mutex mutex;
+  bool open = true;
+};
+
+// A connection or DNS session that detach() must end at once. Called on the sandbox's strand.
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  virtual void close() = 0;
+};
+
+struct SandboxContext {
+  SandboxContext(std::string name_, Strand strand_, const EngineOptions& options_,
+                 const Engine::LogSink& log_, std::shared_ptr<Resolver> resolver_,
+                 std::shared_ptr<Gate> gate_)
+      : name(std::move(name_)),
+        strand(std::move(strand_)),
+        options(options_),
+        log(log_),
+        resolver(std::move(resolver_)),
+        gate(std::move(gate_)) {}
+
+  const std::string name;
+  Strand strand;
+  const EngineOptions& options;
+  const Engine::LogSink& log;
+  const std::shared_ptr<Resolver> resolver;
+  const std::shared_ptr<Gate> gate;
+
+  std::shared_ptr<const Policy> current_policy() const {
+    std::lock_guard lock(mutex);
+    return policy;
+  }
+  template <class F>
+  auto with_stats(F&& f) {
+    std::lock_guard lock(mutex);
+    return f(stats);
+  }
+
+  mutable std::mutex mutex;  // guards the three below
+  std::shared_ptr<const Policy> policy;
+  FakeNames fake_names;
+  SandboxNetStats stats;
+
+  // The strand's only.
+  std::set<std::shared_ptr<Closable>> open;
+};
+
+}  // namespace hutch::net
