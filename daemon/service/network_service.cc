@@ -193,7 +193,7 @@ void NetworkService::record(const net::ConnectionLog& log) {
   metrics_.count_network(log.protocol == "dns", log.allowed, log.bytes_up, log.bytes_down);
   // hutchd's log: one structured line per decision.
   spdlog::info(
-      "sandbox={} net={} allowed={} name={} address={} port={} rule=\"{}\" reason=\"{}\" "
+      "sandbox={} net={} allowed={} name={} address={} port={} rule={:?} reason={:?} "
       "bytes_up={} bytes_down={} duration_ms={:.1f}",
       log.sandbox, log.protocol, log.allowed, log.name.value_or("-"),
       log.address.empty() ? "-" : log.address, log.port, log.rule, log.reason, log.bytes_up,

@@ -353,7 +353,10 @@ TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
   EXPECT_EQ(daemon_->stop(SIGTERM), 0);
   daemon_ = std::make_unique<Hutchd>(temp_.path(), engine_args(*upstream_));
   ASSERT_TRUE(daemon_->start()) << daemon_->log();
-  EXPECT_EQ(curl(id, "http://" + fake + "/"), kPage);
+  // A client that cached the answer: no DNS query now, the fake address dialled with its name.
+  EXPECT_EQ(curl(id, "http://api.test/", "--resolve api.test:80:" + fake), kPage);
+  // The engine was given the names from before: the same name keeps its fake address.
+  EXPECT_EQ(run(id, "dig +short +time=3 +tries=1 api.test"), fake + "\n");
   EXPECT_EQ(curl(id, "http://api.test/"), kPage);
   EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
 }
