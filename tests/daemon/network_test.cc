@@ -361,13 +361,50 @@ TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
   EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
 }
 
-TEST_F(NetworkTest, DefaultNetworkAppliesToCreatesThatNameNone) {
-  start({"--destroy-on-exit", "--default-network", "filtered"});
+TEST_F(NetworkTest, RollbackAndForkKeepThePolicyWithTheirOwnNames) {
+  start();
+  const std::string id = create(kApiOnly);
+  const std::string names = daemon_->state_dir() + "/sandboxes/" + id + "/network-names";
+  ASSERT_EQ(daemon_
+                ->put("/v1/sandboxes/" + id + "/network",
+                      json({{"mode", "filtered"}, {"allow", {"api.test", "evil.test"}}}).dump())
+                .status,
+            200);
+  ASSERT_EQ(curl(id, "http://evil.test/"), kPage);
+  EXPECT_NE(std::ifstream(names).peek(), EOF);
+  auto checkpoint = daemon_->post("/v1/sandboxes/" + id + "/checkpoints", {{"name", "c1"}});
+  ASSERT_EQ(checkpoint.status, 201) << checkpoint.raw;
+  auto rolled = daemon_->post("/v1/sandboxes/" + id + "/checkpoints/c1/rollback", json::object());
+  ASSERT_EQ(rolled.status, 200) << rolled.raw;
+  EXPECT_EQ(rolled.body["network"]["allow"], json({"api.test", "evil.test"}));
+  EXPECT_EQ(std::ifstream(names).peek(), EOF);  // fresh engine state: no names yet
+  EXPECT_EQ(curl(id, "http://evil.test/"), kPage);
+
+  auto forked = daemon_->post("/v1/sandboxes/" + id + "/fork", json::object());
+  ASSERT_EQ(forked.status, 201) << forked.raw;
+  const std::string fork = forked.body["sandboxes"][0]["id"];
+  EXPECT_EQ(forked.body["sandboxes"][0]["network"]["allow"], json({"api.test", "evil.test"}));
+  EXPECT_EQ(curl(fork, "http://evil.test/"), kPage);
+  EXPECT_NE(curl(fork, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+}
+
+TEST_F(NetworkTest, DefaultNetworkAppliesToCreatesThatNameNoneAndSkipsTheWarmPool) {
+  start({"--destroy-on-exit", "--default-network", "filtered", "--warm-pool", "host=1"});
+  auto idle = [&] {
+    auto pools = daemon_->get("/v1/pools");
+    return pools.status == 200 && !pools.body["pools"].empty() &&
+           pools.body["pools"][0]["idle"] == 1;
+  };
+  ASSERT_TRUE(wait_until(idle, 10s, "the warm pool to fill"));
   auto created = daemon_->post("/v1/sandboxes", json::object());
   ASSERT_EQ(created.status, 201);
+  const std::string id = created.body["id"];
   EXPECT_EQ(created.body["network"]["mode"], "filtered");
-  EXPECT_NE(curl(created.body["id"], "http://api.test/").find("Could not resolve host"),
+  // A pooled sandbox's namespace was made for loopback: a filtered create never takes one.
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"warm_pool\":false"),
             std::string::npos);
+  EXPECT_TRUE(idle());
+  EXPECT_NE(curl(id, "http://api.test/").find("Could not resolve host"), std::string::npos);
   auto bad =
       daemon_->post("/v1/sandboxes", {{"network", {{"mode", "filtered"}, {"allow", {"a..test"}}}}});
   EXPECT_EQ(bad.status, 400);
