@@ -179,7 +179,10 @@ class Listener final : public Closable, public std::enable_shared_from_this<List
  public:
   using Serve = std::function<void(Tcp::socket)>;
   Listener(std::shared_ptr<SandboxContext> sandbox, Tcp::acceptor acceptor, Serve serve)
-      : sandbox_(std::move(sandbox)), acceptor_(std::move(acceptor)), serve_(std::move(serve)) {}
+      : sandbox_(std::move(sandbox)),
+        acceptor_(std::move(acceptor)),
+        pause_(sandbox_->strand),
+        serve_(std::move(serve)) {}
 
   void start() {
     sandbox_->open.insert(shared_from_this());
@@ -187,24 +190,34 @@ class Listener final : public Closable, public std::enable_shared_from_this<List
   }
   void close() override {
     boost::system::error_code ignored;
+    pause_.cancel();
     acceptor_.close(ignored);
     sandbox_->open.erase(shared_from_this());
   }
 
  private:
+  static constexpr std::chrono::milliseconds kAcceptPause{50};
+
   void accept() {
     acceptor_.async_accept(
         sandbox_->strand,
         [self = shared_from_this()](const boost::system::error_code& error, Tcp::socket socket) {
           if (error == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-          if (!error) self->serve_(std::move(socket));
-          // Other errors (EMFILE, ECONNABORTED) concern one connection: keep accepting.
-          self->accept();
+          if (!error) {
+            self->serve_(std::move(socket));
+            return self->accept();
+          }
+          // EMFILE and ENFILE last until something closes: pause rather than spin on them.
+          self->pause_.expires_after(kAcceptPause);
+          self->pause_.async_wait([self](const boost::system::error_code& error) {
+            if (!error && self->acceptor_.is_open()) self->accept();
+          });
         });
   }
 
   std::shared_ptr<SandboxContext> sandbox_;
   Tcp::acceptor acceptor_;
+  asio::steady_timer pause_;
   Serve serve_;
 };
 

@@ -78,6 +78,9 @@ struct SandboxNetStats {
   uint64_t bytes_down = 0;
 };
 
+// Threads: each sandbox's sockets live on one Asio strand (its own serial queue), so a sandbox
+// needs no locks on the I/O path and sandboxes run in parallel on `threads`. The sinks are called
+// on those threads, concurrently for different sandboxes, and must not call detach().
 class Engine {
  public:
   using LogSink = std::function<void(const ConnectionLog&)>;

@@ -1,12 +1,8 @@
 #include "net/engine/relay.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <array>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
@@ -74,7 +70,7 @@ Relay::Relay(std::shared_ptr<SandboxContext> sandbox, Tcp::socket client, Destin
 void Relay::start() {
   sandbox_->open.insert(shared_from_this());
   sandbox_->with_stats([](SandboxNetStats& stats) { ++stats.active; });
-  up_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  up_.buffer = std::make_unique_for_overwrite<uint8_t[]>(kBufferSize);
   if (FakeNames::in_range(destination_.address)) {
     dns_name_ = [&] {
       std::lock_guard lock(sandbox_->mutex);
@@ -113,6 +109,7 @@ void Relay::read_first_bytes(Sniff sniff) {
         if (self->phase_ != Phase::kFirstBytes) return;
         if (error) {
           self->count_decision(false);
+          self->log_.rule = "name";
           self->log_.reason = "closed by the sandbox before its first bytes were complete";
           self->finish(self->log_.reason, false);
           return;
@@ -205,16 +202,19 @@ void Relay::decide() {
   // Denied names are never looked up: a lookup would carry the name to the host's resolver.
   Decision by_name = decide_name(*policy, *name);
   if (!by_name.allowed) return deny(std::move(by_name));
+  // The resolver may outlive the engine (and run the callback on its own thread, after the
+  // engine is gone): the callback holds only weak references and the gate.
   std::weak_ptr<Relay> weak = shared_from_this();
-  std::shared_ptr<SandboxContext> sandbox = sandbox_;
-  sandbox_->resolver->resolve(
-      *name, [weak, sandbox, name = *name](Result<std::vector<Address>> addresses) {
-        std::lock_guard lock(sandbox->gate->mutex);
-        if (!sandbox->gate->open) return;
-        asio::post(sandbox->strand, [weak, name, addresses = std::move(addresses)]() mutable {
-          if (auto self = weak.lock()) self->on_resolved(name, std::move(addresses));
-        });
-      });
+  std::weak_ptr<SandboxContext> weak_sandbox = sandbox_;
+  sandbox_->resolver->resolve(*name, [weak, weak_sandbox, gate = sandbox_->gate,
+                                      name = *name](Result<std::vector<Address>> addresses) {
+    std::lock_guard lock(gate->mutex);
+    auto sandbox = weak_sandbox.lock();
+    if (!gate->open || !sandbox) return;
+    asio::post(sandbox->strand, [weak, name, addresses = std::move(addresses)]() mutable {
+      if (auto self = weak.lock()) self->on_resolved(name, std::move(addresses));
+    });
+  });
 }
 
 void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> addresses) {
@@ -289,7 +289,7 @@ void Relay::on_connected() {
   // Relayed segments go out as they come: the two endpoints already chose their own batching.
   client_.set_option(Tcp::no_delay(true), ignored);
   upstream_.set_option(Tcp::no_delay(true), ignored);
-  down_.buffer = std::make_unique<uint8_t[]>(kBufferSize);
+  down_.buffer = std::make_unique_for_overwrite<uint8_t[]>(kBufferSize);
   last_activity_ = std::chrono::steady_clock::now();
   arm_idle_timer();
   splice(false);
