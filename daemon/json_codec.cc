@@ -4,6 +4,7 @@
 #include <set>
 
 #include "daemon/errors.h"
+#include "net/policy_json.h"
 #include "runtime/defaults.h"
 
 namespace hutch::daemon {
@@ -12,6 +13,29 @@ namespace {
 constexpr uint64_t kMaxSeconds = 10'000'000;  // ~115 days: keeps every chrono conversion exact
 
 }  // namespace
+
+net::Policy parse_network(const json& network) {
+  if (network.is_string()) {
+    auto mode = net::parse_mode(network.get<std::string>());
+    if (!mode)
+      throw bad_request(
+          "network must be \"none\", \"loopback\", \"filtered\", \"open\" or "
+          "{\"mode\":...,\"allow\":[...],\"deny\":[...]}");
+    return net::Policy{*mode, {}, {}};
+  }
+  if (!network.is_object())
+    throw bad_request(
+        "network must be a mode string or {\"mode\":...,\"allow\":[...],\"deny\":[...]}");
+  auto policy = net::parse_policy_json(network.dump());
+  if (!policy) throw bad_request("network: " + policy.error().detail);
+  const bool engaged = policy->mode == net::Mode::kFiltered || policy->mode == net::Mode::kOpen;
+  if (!engaged && (!policy->allow.empty() || !policy->deny.empty()))
+    throw bad_request("network: allow and deny rules need mode \"filtered\" or \"open\" (mode \"" +
+                      std::string(net::mode_name(policy->mode)) + "\" has no egress to filter)");
+  return std::move(*policy);
+}
+
+json network_to_json(const net::Policy& policy) { return json::parse(net::policy_to_json(policy)); }
 
 void check_layer_name(const std::string& name, const std::string& field, size_t max_length) {
   auto allowed = [](char c, bool first) {
@@ -105,11 +129,8 @@ SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
     if (*timeout > kMaxSeconds) throw bad_request("default_timeout_seconds is too large");
     config.default_timeout_seconds = *timeout;
   }
-  if (auto network = optional_string(body, "network")) {
-    if (*network != "none" && *network != "loopback")
-      throw bad_request("network must be \"none\" or \"loopback\"");
-    config.network = *network;
-  }
+  if (const json* network = optional_field(body, "network"))
+    config.network = parse_network(*network);
   if (auto hostname = optional_string(body, "hostname")) {
     if (!valid_hostname(*hostname)) throw bad_request("hostname must be 1-64 of [A-Za-z0-9.-]");
     config.hostname = *hostname;
@@ -137,7 +158,7 @@ json config_to_json(const SandboxConfig& config) {
       {"max_lifetime_seconds",
        config.max_lifetime_seconds ? json(*config.max_lifetime_seconds) : json(nullptr)},
       {"default_timeout_seconds", config.default_timeout_seconds},
-      {"network", config.network},
+      {"network", network_to_json(config.network)},
       {"hostname", config.hostname},
       {"workdir", config.workdir},
   };

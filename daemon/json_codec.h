@@ -31,6 +31,13 @@ enum class ConfigSource { kRequest, kRecord };
 SandboxConfig parse_sandbox_config(const json& body, ConfigSource source = ConfigSource::kRequest);
 json config_to_json(const SandboxConfig& config);
 
+// A create's (or PUT .../network's) "network": a mode string ("none", "loopback", "filtered",
+// "open") or {"mode":...,"allow":[...],"deny":[...]} (net/policy_json.h). Errors name the entry;
+// rules are refused with a mode that has no egress.
+net::Policy parse_network(const json& network);
+// {"mode":...,"allow":[...],"deny":[...]}, the canonical form.
+json network_to_json(const net::Policy& policy);
+
 enum class ExecFlavor { kPlain, kBash, kPython };
 
 struct ExecOptions {

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <expected>
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "daemon/errors.h"
 #include "daemon/metrics.h"
 #include "daemon/server.h"
+#include "daemon/service/network_service.h"
 #include "daemon/service/reaper.h"
 #include "daemon/service/recipes.h"
 #include "daemon/service/sandbox_registry.h"
@@ -92,6 +94,19 @@ int main(int argc, char** argv) {
                  "ROOTFS=N: keep N idle sandboxes of ROOTFS (host, recipe:NAME, a dir) ready for "
                  "creates with its default config (repeatable; default none)")
       ->allow_extra_args(false);
+  std::string default_network = "loopback";
+  app.add_option("--default-network", default_network,
+                 "Network of a create that names none: none|loopback|filtered|open (default "
+                 "loopback; filtered with no rules reaches nothing)");
+  std::string net_upstream_netns;
+  app.add_option("--net-upstream-netns", net_upstream_netns,
+                 "Tests only (HUTCH_TEST_NET=1): the engine dials upstreams from this network "
+                 "namespace (e.g. /proc/PID/ns/net)");
+  std::vector<std::string> net_resolve;
+  app.add_option("--net-resolve", net_resolve,
+                 "Tests only (HUTCH_TEST_NET=1): NAME=ADDR, a static resolver instead of the "
+                 "host's (repeatable)")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
 
   if (auto checked = hutch::check_cgroup_parent(cgroup_parent); !checked)
@@ -109,6 +124,27 @@ int main(int argc, char** argv) {
       return fail("--warm-pool wants ROOTFS=N with N in 0..64, got \"" + spec + "\"");
     }
     if (size > 0) warm_pools[spec.substr(0, eq)] = size;
+  }
+
+  hutch::daemon::service::NetworkOptions network;
+  auto default_mode = hutch::net::parse_mode(default_network);
+  if (!default_mode)
+    return fail("--default-network wants none, loopback, filtered or open, got \"" +
+                default_network + "\"");
+  network.default_mode = *default_mode;
+  // A production hutchd cannot be pointed at another namespace or resolver by a stray flag.
+  const char* test_net = std::getenv("HUTCH_TEST_NET");
+  const bool test_net_allowed = test_net != nullptr && std::string(test_net) == "1";
+  if ((!net_upstream_netns.empty() || !net_resolve.empty()) && !test_net_allowed)
+    return fail("--net-upstream-netns and --net-resolve are for tests: they need HUTCH_TEST_NET=1");
+  network.upstream_netns = net_upstream_netns;
+  for (const std::string& entry : net_resolve) {
+    size_t eq = entry.find('=');
+    auto name = hutch::net::normalize_name(entry.substr(0, eq == std::string::npos ? 0 : eq));
+    auto address = hutch::net::Address::parse(eq == std::string::npos ? "" : entry.substr(eq + 1));
+    if (eq == std::string::npos || !name || !address)
+      return fail("--net-resolve wants NAME=ADDR, got \"" + entry + "\"");
+    network.static_names[*name].push_back(*address);
   }
 
   auto logger = spdlog::stderr_logger_mt("hutchd");
@@ -178,8 +214,23 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  // The floor: this host's addresses and hutchd's TCP port (an unparsed host, a name, closes
+  // the port on every address).
+  auto own_addresses = hutch::daemon::service::host_addresses();
+  if (!own_addresses) return fail(own_addresses.error().message());
+  network.floor.host_addresses = std::move(*own_addresses);
+  if (options.tcp_host) {
+    auto address = hutch::net::Address::parse(*options.tcp_host);
+    network.floor.daemon_endpoints.push_back(
+        {address ? *address : hutch::net::Address::v4(0), static_cast<uint16_t>(options.tcp_port)});
+  }
+
   Metrics metrics;
+  auto network_service =
+      hutch::daemon::service::NetworkService::create(std::move(network), metrics);
+  if (!network_service) return fail(network_service.error().message());
   SandboxRegistry registry(state_dir, cgroup_parent, *zygote, metrics);
+  registry.set_network(network_service->get());
   RecoveryReport recovered = registry.recover();
   spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
 

@@ -33,6 +33,17 @@ void Metrics::count_error(const std::string& code) {
   ++errors_[code];
 }
 
+void Metrics::count_network(bool dns, bool allowed, uint64_t bytes_up, uint64_t bytes_down) {
+  if (dns) {
+    net_.dns.fetch_add(1, std::memory_order_relaxed);
+    if (!allowed) net_.dns_denied.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    (allowed ? net_.allowed : net_.denied).fetch_add(1, std::memory_order_relaxed);
+  }
+  net_.up.fetch_add(bytes_up, std::memory_order_relaxed);
+  net_.down.fetch_add(bytes_down, std::memory_order_relaxed);
+}
+
 std::string Metrics::render(uint64_t running, uint64_t paused) const {
   std::string out;
   out += "# HELP hutch_sandboxes Live sandboxes by state.\n# TYPE hutch_sandboxes gauge\n";
@@ -46,6 +57,20 @@ std::string Metrics::render(uint64_t running, uint64_t paused) const {
     for (const auto& [code, count] : errors_)
       out += "hutch_errors_total{code=\"" + code + "\"} " + std::to_string(count) + "\n";
   }
+  auto counter = [&out](const char* name, const char* help, const std::string& series) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + series;
+  };
+  auto value = [](const std::atomic<uint64_t>& v) { return std::to_string(v.load()) + "\n"; };
+  counter("hutch_net_connections_total", "Egress connections decided, by outcome.",
+          "hutch_net_connections_total{outcome=\"allowed\"} " + value(net_.allowed) +
+              "hutch_net_connections_total{outcome=\"denied\"} " + value(net_.denied));
+  counter("hutch_net_dns_queries_total", "DNS queries the engine answered.",
+          "hutch_net_dns_queries_total " + value(net_.dns));
+  counter("hutch_net_dns_denied_total", "DNS queries answered NXDOMAIN by policy.",
+          "hutch_net_dns_denied_total " + value(net_.dns_denied));
+  counter("hutch_net_bytes_total", "Bytes relayed, by direction.",
+          "hutch_net_bytes_total{direction=\"up\"} " + value(net_.up) +
+              "hutch_net_bytes_total{direction=\"down\"} " + value(net_.down));
   create_.render("hutch_create_seconds", "Sandbox creation latency.", out);
   exec_.render("hutch_exec_seconds", "Buffered and streamed exec latency.", out);
   return out;

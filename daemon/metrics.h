@@ -31,12 +31,17 @@ class Metrics {
   void count_error(const std::string& code);
   Histogram& create_seconds() { return create_; }
   Histogram& exec_seconds() { return exec_; }
+  // One network engine decision (daemon/service/network_service.h).
+  void count_network(bool dns, bool allowed, uint64_t bytes_up, uint64_t bytes_down);
   std::string render(uint64_t running, uint64_t paused) const;
 
  private:
   std::atomic<uint64_t> requests_{0};
   mutable std::mutex errors_mutex_;
   std::map<std::string, uint64_t> errors_;
+  struct NetCounters {
+    std::atomic<uint64_t> allowed{0}, denied{0}, dns{0}, dns_denied{0}, up{0}, down{0};
+  } net_;
   Histogram create_;
   Histogram exec_;
 };

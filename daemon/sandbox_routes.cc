@@ -32,7 +32,11 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
   routes.post("/v1/sandboxes",
               [&registry, &recipes = context.recipes](Call& call, const httplib::Request& req,
                                                       httplib::Response& res) {
-                SandboxConfig config = parse_sandbox_config(parse_body(req));
+                const json body = parse_body(req);
+                SandboxConfig config = parse_sandbox_config(body);
+                // --default-network, for a create that names none.
+                if (!body.contains("network") && registry.network() != nullptr)
+                  config.network.mode = registry.network()->default_mode();
                 auto pinned = or_throw(recipes.resolve(config));  // held until the sandbox runs
                 auto sandbox = or_throw(registry.create(config, call.request_id));
                 send_json(res, 201, sandbox->to_json());

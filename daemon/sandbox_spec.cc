@@ -14,6 +14,19 @@ constexpr uid_t kSandboxRoot = 0;
 
 }  // namespace
 
+NetMode net_mode_for(net::Mode mode) {
+  switch (mode) {
+    case net::Mode::kNone:
+      return NetMode::kNone;
+    case net::Mode::kLoopback:
+      return NetMode::kLoopback;
+    case net::Mode::kFiltered:
+    case net::Mode::kOpen:
+      return NetMode::kHostOwned;
+  }
+  return NetMode::kNone;
+}
+
 IdMap sandbox_id_map(const SandboxConfig&) {
   // Every hutchd sandbox gets the default map: recipe layers and snapshots are captured upper
   // directories owned by these host ids already (SandboxSpec::layers), so they stack only onto
@@ -37,7 +50,7 @@ SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir
   spec.env = exec_environment(config.env, {});
   spec.workdir = config.workdir;
   spec.hostname = config.hostname;
-  spec.net = config.network == "none" ? NetMode::kNone : NetMode::kLoopback;
+  spec.net = net_mode_for(config.network.mode);
   if (config.limits.disk_bytes) spec.disk_bytes = *config.limits.disk_bytes;
   spec.limits.memory_bytes = config.limits.memory_bytes;
   spec.limits.pids = config.limits.pids;

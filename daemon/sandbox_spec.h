@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "net/policy.h"
 #include "runtime/files/sandbox_fs.h"
 #include "runtime/spec.h"
 
@@ -42,7 +43,10 @@ struct SandboxConfig {
   uint64_t idle_ttl_seconds = 600;
   std::optional<uint64_t> max_lifetime_seconds;
   uint64_t default_timeout_seconds = 600;
-  std::string network = "loopback";  // "none" | "loopback"
+  // none and loopback: no traffic leaves; filtered and open: egress through hutchd's network
+  // engine by these rules (a sandbox in a host-owned namespace). The live policy of a running
+  // sandbox is Sandbox::network(), which PUT .../network replaces.
+  net::Policy network;
   std::string hostname = "hutch";
   std::string workdir = "/";
 };
@@ -51,6 +55,10 @@ struct SandboxConfig {
 IdMap sandbox_id_map(const SandboxConfig& config);
 // The host ids of that sandbox's root (uid and gid 0 inside): whom the file API acts as.
 files::Owner sandbox_root_owner(const SandboxConfig& config);
+
+// The runtime's network namespace for a policy mode: filtered and open need one the sandbox's
+// root cannot administer (the engine's rules live in it).
+NetMode net_mode_for(net::Mode mode);
 
 // The runtime spec for a sandbox (seccomp excluded: the zygote loads the built-in program).
 SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir);

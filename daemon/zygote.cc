@@ -125,7 +125,7 @@ struct SpawnRequest {
       if (auto taken = skeletons->take(request.spec.ids.host_base))
         made.skeleton = std::move(*taken);
     }
-    if (request.spec.net == NetMode::kLoopback && !ready_netns.empty()) {
+    if (request.spec.net != NetMode::kNone && !ready_netns.empty()) {
       made.netns = std::move(ready_netns.front());
       ready_netns.pop_front();
     }

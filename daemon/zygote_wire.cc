@@ -26,6 +26,25 @@ T wire_uint(const json& j, const char* name) {
   return static_cast<T>(value.get<uint64_t>());
 }
 
+const char* net_mode_wire(NetMode mode) {
+  switch (mode) {
+    case NetMode::kNone:
+      return "none";
+    case NetMode::kLoopback:
+      return "loopback";
+    case NetMode::kHostOwned:
+      return "host_owned";
+  }
+  return "none";
+}
+
+NetMode net_mode_from_wire(const std::string& text) {
+  if (text == "none") return NetMode::kNone;
+  if (text == "loopback") return NetMode::kLoopback;
+  if (text == "host_owned") return NetMode::kHostOwned;
+  throw bad_request("net must be none, loopback or host_owned");
+}
+
 }  // namespace
 
 json spec_to_json(const SandboxSpec& spec) {
@@ -45,7 +64,7 @@ json spec_to_json(const SandboxSpec& spec) {
       {"env", spec.env},
       {"workdir", spec.workdir},
       {"hostname", spec.hostname},
-      {"net", spec.net == NetMode::kNone ? "none" : "loopback"},
+      {"net", net_mode_wire(spec.net)},
       {"binds", binds},
       {"uid", spec.uid},
       {"gid", spec.gid},
@@ -69,7 +88,7 @@ SandboxSpec spec_from_json(const json& j) {
   spec.env = j.at("env").get<std::vector<std::string>>();
   spec.workdir = j.at("workdir").get<std::string>();
   spec.hostname = j.at("hostname").get<std::string>();
-  spec.net = j.at("net").get<std::string>() == "none" ? NetMode::kNone : NetMode::kLoopback;
+  spec.net = net_mode_from_wire(j.at("net").get<std::string>());
   for (const json& bind : j.at("binds")) {
     spec.binds.push_back({bind.at("source").get<std::string>(),
                           bind.at("target").get<std::string>(), bind.at("ro").get<bool>()});

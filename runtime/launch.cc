@@ -25,6 +25,7 @@
 #include "runtime/fs/erofs.h"
 #include "runtime/fs/idmap.h"
 #include "runtime/fs/overlay.h"
+#include "runtime/ns/net.h"
 #include "runtime/ns/userns.h"
 #include "runtime/process/exec_search.h"
 #include "runtime/process/pidfd.h"
@@ -258,8 +259,8 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
   child.seccomp = &spec.seccomp;
   child.hostname = spec.hostname.c_str();
   child.loopback_up = spec.net == NetMode::kLoopback;
-  // A ready network namespace is only for a sandbox that wants loopback.
-  if (spec.net != NetMode::kLoopback) out.prebuilt_netns.reset();
+  // A ready network namespace is only for a sandbox that wants lo up.
+  if (spec.net == NetMode::kNone) out.prebuilt_netns.reset();
   child.uid = spec.uid;
   child.gid = spec.gid;
   child.workdir = spec.workdir.c_str();
@@ -313,6 +314,12 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
     for (const UniqueFd& fd : v1_task_files) prepared.child.v1_task_fds.push_back(fd.get());
   }
 
+  // Made here, in the caller's user namespace: CLONE_NEWNET in clone3 would make the namespace
+  // the sandbox's user namespace owns, whose root could then undo the engine's rules.
+  if (prepared.spec.net == NetMode::kHostOwned && !prepared.prebuilt_netns) {
+    auto made = HUTCH_TRY(make_loopback_netns());
+    prepared.prebuilt_netns = std::move(made);
+  }
   int pidfd = -1;
   clone_args args{};
   args.flags = kNamespaces | CLONE_PIDFD;

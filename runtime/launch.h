@@ -37,8 +37,8 @@ struct Prepared {
   // Set before prepare() by a caller with a SkeletonCache: used instead of planning and
   // building the skeleton.
   UniqueFd prebuilt_skeleton;
-  // A network namespace made ahead with lo up (make_loopback_netns), for NetMode::kLoopback:
-  // the caller joins it and the child is created in it, without CLONE_NEWNET.
+  // A network namespace made ahead with lo up (make_loopback_netns), for NetMode::kLoopback and
+  // kHostOwned: the caller joins it and the child is created in it, without CLONE_NEWNET.
   UniqueFd prebuilt_netns;
   std::vector<std::string> layers;  // spec.layers, canonical: above the skeleton
   std::vector<std::string> lowers;  // host directories, below the skeleton

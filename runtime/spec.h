@@ -26,7 +26,12 @@ struct BindMount {
   bool read_only = true;
 };
 
-enum class NetMode { kNone, kLoopback };
+// kNone: a namespace with lo down. kLoopback: lo up, in a namespace made ahead (then owned by the
+// caller's user namespace) or else by clone3 (then owned by the sandbox's). kHostOwned: lo up,
+// always in a namespace owned by the caller's user namespace, made ahead or by the launcher,
+// never by clone3: the network engine installs routes and nftables rules in it, which the
+// sandbox's root then cannot change (it has no CAP_NET_ADMIN over that namespace).
+enum class NetMode { kNone, kLoopback, kHostOwned };
 
 // chown, chmod and setuid within the sandbox's own ids, as package managers need (dpkg, apt's
 // _apt user): CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_SETGID, CAP_SETUID.

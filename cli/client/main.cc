@@ -83,8 +83,10 @@ int main(int argc, char** argv) {
   create_cmd->add_option("--idle-ttl", create.idle_ttl,
                          "Destroy after this long without activity (600, 10m; 0: never)");
   create_cmd->add_option("--timeout", create.timeout, "Default exec timeout (600, 30s; 0: none)");
-  create_cmd->add_option("--net", create.network, "none | loopback")
-      ->check(CLI::IsMember({"none", "loopback"}));
+  create_cmd
+      ->add_option("--net", create.network,
+                   "none | loopback | filtered | open (rules: PUT .../network)")
+      ->check(CLI::IsMember({"none", "loopback", "filtered", "open"}));
   create_cmd->add_flag("--json", create_json, "Print the whole sandbox object");
 
   std::vector<std::string> ls_labels;

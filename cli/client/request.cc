@@ -99,8 +99,10 @@ Result<json> create_body(const CreateOptions& options) {
     body["default_timeout_seconds"] = *seconds;
   }
   if (!options.network.empty()) {
-    if (options.network != "none" && options.network != "loopback")
-      return plain_error("net", "\"" + options.network + "\" is not none or loopback");
+    if (options.network != "none" && options.network != "loopback" &&
+        options.network != "filtered" && options.network != "open")
+      return plain_error("net",
+                         "\"" + options.network + "\" is not none, loopback, filtered or open");
     body["network"] = options.network;
   }
   return body;

@@ -335,6 +335,7 @@ ServiceResult<Forked> RecipeService::fork(Sandbox& source, uint64_t count,
   forked.snapshot = HUTCH_TRY(snapshot_as(source, tag, tag));
   SandboxConfig config = source.config();
   config.recipe = tag;
+  config.network = source.network();  // the live policy; each fork gets its own engine state
   if (labels) config.labels = std::move(*labels);
   LayerPin held = HUTCH_TRY(resolve(config));
   for (uint64_t i = 0; i < count; ++i) {

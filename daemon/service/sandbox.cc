@@ -35,7 +35,8 @@ Sandbox::Sandbox(std::string id, SandboxConfig config,
       config_(std::move(config)),
       created_at_(created_at),
       live_(std::move(live)),
-      dir_(std::move(dir)) {
+      dir_(std::move(dir)),
+      network_(config_.network) {
   touch();
   // For when this hutchd is gone (stopped or crashed): the supervisor enforces the same deadlines
   // itself, max lifetime from the recorded creation time, so an adoption keeps it.
@@ -96,8 +97,19 @@ bool Sandbox::has_running_process() const {
   return false;
 }
 
+net::Policy Sandbox::network() const {
+  std::lock_guard lock(mutex_);
+  return network_;
+}
+
+void Sandbox::set_network(net::Policy policy) {
+  std::lock_guard lock(mutex_);
+  network_ = std::move(policy);
+}
+
 json Sandbox::to_json() const {
   json out = config_to_json(config_);
+  out["network"] = network_to_json(network());
   out["id"] = id_;
   out["state"] = state_name(state());
   out["created_at"] = iso8601(created_at_);
@@ -110,7 +122,12 @@ json Sandbox::record() const {
           {"id", id_},
           {"created_at", iso8601(created_at_)},
           {"state", state_name(state())},
-          {"config", config_to_json(config_)},
+          {"config",
+           [this] {
+             json config = config_to_json(config_);
+             config["network"] = network_to_json(network());
+             return config;
+           }()},
           {"ref", ref_to_json(live_.ref())}};
 }
 

@@ -46,6 +46,11 @@ class Sandbox {
   std::chrono::system_clock::time_point created_at() const { return created_at_; }
   EventLog& log() { return log_; }
 
+  // The live network policy: the config's until PUT .../network replaces it (the record and the
+  // API's sandbox object show this one).
+  net::Policy network() const;
+  void set_network(net::Policy policy);
+
   SandboxState state() const { return state_.load(); }
   void set_state(SandboxState state) { state_.store(state); }
 
@@ -100,9 +105,10 @@ class Sandbox {
   std::atomic<int64_t> last_activity_;
   std::atomic<int> active_execs_{0};
   std::mutex lifecycle_;
-  mutable std::mutex mutex_;  // root_, processes_
+  mutable std::mutex mutex_;  // root_, processes_, network_
   UniqueFd root_;
   std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
+  net::Policy network_;
 };
 
 std::string state_name(SandboxState state);

@@ -105,6 +105,15 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
   auto sandbox = std::make_shared<Sandbox>(id, std::move(record->config), record->created_at,
                                            std::move(record->live), dir);
   if (record->paused) sandbox->set_state(SandboxState::kPaused);
+  if (service::uses_engine(sandbox->network())) {
+    Result<void> reattached = plain_error("network", "hutchd has no network service");
+    if (network_) reattached = network_->reattach(id, dir, sandbox->live(), sandbox->network());
+    // Adopted anyway: its processes and files are the client's; its egress stays closed (the
+    // path's rules redirect to listeners that are not there).
+    if (!reattached)
+      spdlog::error("sandbox={} recovery: network not re-attached: {}", id,
+                    reattached.error().message());
+  }
   // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
   if (auto fs = sandbox->fs(); !fs) {
     spdlog::warn("sandbox={} recovery: {}", id, fs.error().message());
@@ -146,6 +155,17 @@ void SandboxRegistry::warm_up(const LiveSandbox& live) const {
     pollfd ready{process->fd(), POLLIN, 0};
     ::poll(&ready, 1, static_cast<int>(kWarmUpPollInterval.count()));
   }
+}
+
+Result<void> SandboxRegistry::attach_network(const std::string& id, const std::string& dir,
+                                             const LiveSandbox& live,
+                                             const net::Policy& policy) const {
+  if (!service::uses_engine(policy)) return {};
+  if (network_ == nullptr)
+    return kind_error(ErrorKind::kUnsupported, "network",
+                      std::string("mode ") + std::string(net::mode_name(policy.mode)) +
+                          " needs hutchd's network service");
+  return network_->attach(id, dir, live, policy);
 }
 
 Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool pooled) {
@@ -231,7 +251,16 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   }
   auto sandbox = std::make_shared<Sandbox>(spawned->id, config, std::chrono::system_clock::now(),
                                            std::move(spawned->live), spawned->dir);
+  // Before create returns: the sandbox's first connection already meets its policy.
+  if (auto attached = attach_network(spawned->id, spawned->dir, sandbox->live(), config.network);
+      !attached) {
+    if (network_) network_->detach(spawned->id);
+    (void)sandbox->live().destroy();
+    remove_dir(spawned->dir);
+    return failed(attached.error());
+  }
   if (auto persisted = persist(*sandbox); !persisted) {
+    if (network_) network_->detach(spawned->id);
     (void)sandbox->live().destroy();
     remove_dir(spawned->dir);
     return std::unexpected(persisted.error());
@@ -275,6 +304,7 @@ std::vector<std::shared_ptr<Sandbox>> SandboxRegistry::list() const {
 Result<void> SandboxRegistry::stop_processes(Sandbox& sandbox) const {
   if (sandbox.state() == SandboxState::kPaused) (void)sandbox.live().thaw();
   HUTCH_TRY(sandbox.live().destroy());
+  if (network_) network_->detach(sandbox.id());
   for (const auto& process : sandbox.processes()) process->wait_pumped(kPumpTimeout);
   return {};
 }
@@ -376,6 +406,14 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::replace(
   }
   auto sandbox =
       std::make_shared<Sandbox>(id, std::move(config), old->created_at(), std::move(*live), dir);
+  // The live policy carries over; the engine state (fake names) starts afresh.
+  sandbox->set_network(old->network());
+  if (auto attached = attach_network(id, dir, sandbox->live(), sandbox->network()); !attached) {
+    if (network_) network_->detach(id);
+    (void)sandbox->live().destroy();
+    forget(old);
+    return failed(attached.error());
+  }
   sandbox->inherit_processes(*old);
   if (auto persisted = persist(*sandbox); !persisted) {
     (void)sandbox->live().destroy();
@@ -409,6 +447,23 @@ ServiceResult<void> SandboxRegistry::resume(Sandbox& sandbox) {
   sandbox.set_state(SandboxState::kRunning);
   if (auto persisted = persist(sandbox); !persisted) return persisted;
   sandbox.log().add({{"event", "resumed"}});
+  return {};
+}
+
+ServiceResult<void> SandboxRegistry::set_network_policy(Sandbox& sandbox,
+                                                        const net::Policy& policy) {
+  std::lock_guard lifecycle(sandbox.lifecycle_mutex());
+  const net::Policy current = sandbox.network();
+  if (auto allowed = service::check_mode_change(current, policy); !allowed) return allowed;
+  if (service::uses_engine(policy)) {
+    if (network_ == nullptr)
+      return service::service_error(ErrorKind::kUnsupported, "unsupported",
+                                    "hutchd has no network service");
+    if (auto set = network_->set_policy(sandbox.id(), policy); !set) return set;
+  }
+  sandbox.set_network(policy);
+  if (auto persisted = persist(sandbox); !persisted) return persisted;
+  sandbox.log().add({{"event", "network_policy"}, {"network", network_to_json(policy)}});
   return {};
 }
 

@@ -17,6 +17,7 @@
 #include "daemon/json_codec.h"
 #include "daemon/metrics.h"
 #include "daemon/service/error.h"
+#include "daemon/service/network_service.h"
 #include "daemon/service/sandbox.h"
 #include "daemon/warm_pool.h"
 #include "daemon/zygote.h"
@@ -104,6 +105,14 @@ class SandboxRegistry {
     on_destroyed_ = std::move(hook);
   }
 
+  // hutchd's networking, set before recover() and serving. Without it (service tests), a
+  // filtered or open create is refused.
+  void set_network(service::NetworkService* network) { network_ = network; }
+  service::NetworkService* network() const { return network_; }
+  // PUT .../network: the engine's policy, then the sandbox's and its record. Errors:
+  // service::NetworkService::set_policy's, the record's.
+  service::ServiceResult<void> set_network_policy(Sandbox& sandbox, const net::Policy& policy);
+
   // --destroy-on-exit.
   void destroy_all();
 
@@ -117,13 +126,17 @@ class SandboxRegistry {
   // A supervisor started from `config` in `dir`, connected.
   Result<LiveSandbox> start_live(const SandboxConfig& config, const std::string& dir) const;
   void warm_up(const LiveSandbox& live) const;
+  // The network engine for a new live sandbox (create, rollback) with `policy`.
+  Result<void> attach_network(const std::string& id, const std::string& dir,
+                              const LiveSandbox& live, const net::Policy& policy) const;
   void discard(SpawnedSandbox& spawned);
   // The one teardown sequence: stop_processes(), then unregister, remove the dir, tell the
   // on-destroyed hook, log. Fails only where stop_processes() does, before anything is removed.
   Result<void> teardown(const std::shared_ptr<Sandbox>& sandbox, const std::string& reason);
   // Its first half, which a rollback also needs: thaw when paused (a frozen cgroup v1 task takes
-  // SIGKILL only once thawed), destroy the live sandbox, then let each background process's
-  // output pump finish (their exits are reported).
+  // SIGKILL only once thawed), destroy the live sandbox, close its network listeners (its
+  // namespace is freed), then let each background process's output pump finish (their exits
+  // are reported).
   Result<void> stop_processes(Sandbox& sandbox) const;
   // Its second half: the id leaves the registry (if it still names `sandbox`), the dir goes,
   // the hook is told.
@@ -138,6 +151,7 @@ class SandboxRegistry {
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::function<void(const std::string&)> on_destroyed_;  // set before serving
+  service::NetworkService* network_ = nullptr;            // set before serving
   std::unique_ptr<WarmPool> pool_;
   // destroy_soon's queue: sandboxes whose processes are dead and whose teardown is pending.
   std::mutex teardown_mutex_;

@@ -60,7 +60,7 @@ TEST(JsonCodec, SandboxConfigDefaultsAndRoundTrip) {
   SandboxConfig defaults = parse_sandbox_config(json::object());
   EXPECT_EQ(defaults.idle_ttl_seconds, 600u);
   EXPECT_EQ(defaults.default_timeout_seconds, 600u);
-  EXPECT_EQ(defaults.network, "loopback");
+  EXPECT_EQ(defaults.network.mode, net::Mode::kLoopback);
   EXPECT_EQ(defaults.workdir, "/");
   json body = {{"limits", {{"memory_bytes", 1 << 30}, {"cpus", 0.5}}},
                {"env", {{"A", "1"}}},
@@ -184,6 +184,43 @@ TEST(JsonCodec, EncodingHelpers) {
   EXPECT_FALSE(parse_signal("NOPE"));
   EXPECT_FALSE(parse_signal(0));
   EXPECT_EQ(dump_json({{"s", std::string("a\xff")}}), "{\"s\":\"a\xEF\xBF\xBD\"}");
+}
+
+TEST(JsonCodec, NetworkTakesAModeOrAPolicy) {
+  EXPECT_EQ(parse_network("filtered").mode, net::Mode::kFiltered);
+  EXPECT_EQ(parse_network("open").mode, net::Mode::kOpen);
+  net::Policy policy =
+      parse_network({{"mode", "filtered"}, {"allow", {"api.test", "10.0.0.0/8:5432"}}});
+  ASSERT_EQ(policy.allow.size(), 2u);
+  EXPECT_EQ(policy.allow[1].to_string(), "10.0.0.0/8:5432");
+  SandboxConfig config = parse_sandbox_config({{"network", network_to_json(policy)}});
+  EXPECT_EQ(config.network, policy);
+  EXPECT_EQ(parse_sandbox_config(config_to_json(config), ConfigSource::kRecord).network, policy);
+  EXPECT_EQ(build_spec(config, "/var/lib/hutch").net, NetMode::kHostOwned);
+  EXPECT_EQ(spec_from_json(spec_to_json(build_spec(config, "/var/lib/hutch"))).net,
+            NetMode::kHostOwned);
+  EXPECT_EQ(build_spec(parse_sandbox_config({{"network", "open"}}), "/x").net, NetMode::kHostOwned);
+}
+
+TEST(JsonCodec, NetworkErrorsNameTheEntry) {
+  auto message_of = [](const json& network) {
+    try {
+      parse_network(network);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.message;
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of({{"mode", "filtered"}, {"allow", {"ok.test", "10.0.0.0/33"}}})
+                .find("allow[1] \"10.0.0.0/33\""),
+            std::string::npos);
+  EXPECT_NE(message_of("host").find("network must be"), std::string::npos);
+  EXPECT_NE(message_of({{"mode", "filtered"}, {"alow", json::array()}}).find("alow"),
+            std::string::npos);
+  EXPECT_NE(message_of({{"mode", "loopback"}, {"allow", {"a.test"}}}).find("need mode"),
+            std::string::npos);
+  EXPECT_NE(message_of(7).find("network must be"), std::string::npos);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ TEST_F(DaemonTest, CreateListGetDeleteIsIdempotent) {
   EXPECT_EQ(got.body["env"]["FOO"], "1");
   EXPECT_EQ(got.body["idle_ttl_seconds"], 600);
   EXPECT_EQ(got.body["default_timeout_seconds"], 600);
-  EXPECT_EQ(got.body["network"], "loopback");
+  EXPECT_EQ(got.body["network"],
+            json({{"mode", "loopback"}, {"allow", json::array()}, {"deny", json::array()}}));
   EXPECT_TRUE(got.body["created_at"].get<std::string>().ends_with("Z"));
 
   auto all = daemon_->get("/v1/sandboxes");

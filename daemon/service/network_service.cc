@@ -1,0 +1,223 @@
+#include "daemon/service/network_service.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace hutch::daemon::service {
+namespace {
+
+bool has_egress(net::Mode mode) { return mode == net::Mode::kFiltered || mode == net::Mode::kOpen; }
+
+// fake address -> name, as remember_name() appended them (a torn last line is skipped).
+std::map<net::Address, std::string> read_names(const std::string& path) {
+  std::map<net::Address, std::string> names;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string address, name;
+    if (!(fields >> address >> name)) continue;
+    if (auto parsed = net::Address::parse(address)) names[*parsed] = name;
+  }
+  return names;
+}
+
+}  // namespace
+
+bool uses_engine(const net::Policy& policy) { return has_egress(policy.mode); }
+
+Result<std::vector<net::Address>> host_addresses() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return sys_error("getifaddrs", "the host's addresses");
+  std::vector<net::Address> out;
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    if (it->ifa_addr->sa_family == AF_INET) {
+      const auto* in4 = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
+      out.push_back(net::Address::v4(ntohl(in4->sin_addr.s_addr)));
+    } else if (it->ifa_addr->sa_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
+      std::array<uint8_t, 16> bytes{};
+      std::memcpy(bytes.data(), &in6->sin6_addr, bytes.size());
+      out.push_back(net::Address::v6(bytes));
+    }
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns)
+    : options_(std::move(options)), metrics_(metrics), upstream_netns_(std::move(upstream_netns)) {}
+
+Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
+                                                               Metrics& metrics) {
+  UniqueFd upstream;
+  if (!options.upstream_netns.empty()) {
+    upstream.reset(::open(options.upstream_netns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!upstream) return sys_error("open", options.upstream_netns + " (--net-upstream-netns)");
+  }
+  std::unique_ptr<NetworkService> service(
+      new NetworkService(std::move(options), metrics, std::move(upstream)));
+  net::EngineOptions engine;
+  engine.floor = net::Floor(service->options_.floor);
+  if (!service->options_.static_names.empty())
+    engine.resolver = net::static_resolver(service->options_.static_names);
+  engine.upstream_netns_fd = service->upstream_netns_.get();
+  NetworkService* self = service.get();
+  service->engine_ = std::make_unique<net::Engine>(
+      std::move(engine), [self](const net::ConnectionLog& log) { self->record(log); },
+      [self](const std::string& id, const net::Address& address, const std::string& name) {
+        self->remember_name(id, address, name);
+      });
+  return service;
+}
+
+NetworkService::~NetworkService() { engine_.reset(); }
+
+Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
+                                    const LiveSandbox& live, const net::Policy& policy) {
+  if (!has_egress(policy.mode)) return {};
+  return attach_listeners(id, dir, live, policy, true);
+}
+
+Result<void> NetworkService::reattach(const std::string& id, const std::string& dir,
+                                      const LiveSandbox& live, const net::Policy& policy) {
+  if (!has_egress(policy.mode)) return {};
+  return attach_listeners(id, dir, live, policy, false);
+}
+
+Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
+                                              const LiveSandbox& live, const net::Policy& policy,
+                                              bool fresh) {
+  auto netns = HUTCH_TRY(live.open_netns());
+  // The path stays in the namespace across a hutchd restart; the listeners do not.
+  if (fresh) HUTCH_TRY(net::install_egress_path(netns.get()));
+  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+  const std::string path = dir + "/" + kNetworkNames;
+  std::map<net::Address, std::string> known;
+  if (!fresh) known = read_names(path);
+  // A fresh sandbox (a rollback's too) starts with no names: never another one's.
+  UniqueFd names(::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
+  if (!names) return sys_error("open", path);
+  {
+    std::lock_guard lock(mutex_);
+    Attached& entry = attached_[id];
+    entry.names = std::move(names);
+  }
+  // Outside the lock: the engine's threads call record() and remember_name(), which take it.
+  if (auto attached = engine_->attach(id, std::move(listeners), policy, std::move(known));
+      !attached) {
+    std::lock_guard lock(mutex_);
+    attached_.erase(id);
+    return std::unexpected(attached.error());
+  }
+  spdlog::info("sandbox={} network {} attached ({} allow, {} deny rules{})", id,
+               net::mode_name(policy.mode), policy.allow.size(), policy.deny.size(),
+               fresh ? "" : ", re-adopted");
+  return {};
+}
+
+void NetworkService::detach(const std::string& id) {
+  // Outside the lock, as in attach: detach waits for the engine's threads.
+  engine_->detach(id);
+  {
+    std::lock_guard lock(mutex_);
+    if (attached_.erase(id) == 0) return;
+  }
+  changed_.notify_all();
+}
+
+ServiceResult<void> check_mode_change(const net::Policy& current, const net::Policy& next) {
+  if (current.mode == next.mode || (has_egress(current.mode) && has_egress(next.mode))) return {};
+  return service_error(
+      ErrorKind::kConflict, "network_mode_fixed",
+      "network mode cannot change from " + std::string(net::mode_name(current.mode)) + " to " +
+          std::string(net::mode_name(next.mode)) +
+          " on a running sandbox: its network namespace is made for its mode at create (filtered "
+          "and open get one that only hutchd administers, with the engine's rules in it; none and "
+          "loopback get one without egress), so only filtered <-> open and rule changes apply at "
+          "runtime; create a new sandbox for this mode");
+}
+
+ServiceResult<void> NetworkService::set_policy(const std::string& id, const net::Policy& next) {
+  if (auto set = engine_->set_policy(id, next); !set)
+    return std::unexpected(from_runtime(set.error()));
+  spdlog::info("sandbox={} network policy replaced: {} ({} allow, {} deny rules)", id,
+               net::mode_name(next.mode), next.allow.size(), next.deny.size());
+  return {};
+}
+
+NetworkStatus NetworkService::status(const std::string& id, const net::Policy& policy) const {
+  NetworkStatus out{policy, std::nullopt};
+  if (has_egress(policy.mode)) out.stats = engine_->stats(id);
+  return out;
+}
+
+std::vector<LoggedDecision> NetworkService::decisions(const std::string& id, uint64_t after,
+                                                      std::chrono::milliseconds wait,
+                                                      bool* ended) const {
+  std::unique_lock lock(mutex_);
+  auto newer = [&]() -> std::vector<LoggedDecision> {
+    auto it = attached_.find(id);
+    if (it == attached_.end()) return {};
+    std::vector<LoggedDecision> out;
+    for (const LoggedDecision& entry : it->second.ring) {
+      if (entry.seq > after) out.push_back(entry);
+    }
+    return out;
+  };
+  auto out = newer();
+  if (out.empty() && wait.count() > 0) {
+    changed_.wait_for(lock, wait, [&] {
+      auto it = attached_.find(id);
+      return it != attached_.end() && !it->second.ring.empty() &&
+             it->second.ring.back().seq > after;
+    });
+    out = newer();
+  }
+  if (ended != nullptr) *ended = !attached_.contains(id);
+  return out;
+}
+
+void NetworkService::record(const net::ConnectionLog& log) {
+  metrics_.count_network(log.protocol == "dns", log.allowed, log.bytes_up, log.bytes_down);
+  // hutchd's log: one structured line per decision.
+  spdlog::info(
+      "sandbox={} net={} allowed={} name={} address={} port={} rule={:?} reason={:?} "
+      "bytes_up={} bytes_down={} duration_ms={:.1f}",
+      log.sandbox, log.protocol, log.allowed, log.name.value_or("-"),
+      log.address.empty() ? "-" : log.address, log.port, log.rule, log.reason, log.bytes_up,
+      log.bytes_down, log.duration_ms);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = attached_.find(log.sandbox);
+    if (it == attached_.end()) return;
+    Attached& entry = it->second;
+    entry.ring.push_back({entry.next_seq++, log});
+    while (entry.ring.size() > options_.log_ring) entry.ring.pop_front();
+  }
+  changed_.notify_all();
+}
+
+void NetworkService::remember_name(const std::string& id, const net::Address& address,
+                                   const std::string& name) {
+  const std::string line = address.to_string() + " " + name + "\n";
+  std::lock_guard lock(mutex_);
+  auto it = attached_.find(id);
+  if (it == attached_.end()) return;
+  // One write to an O_APPEND file: a crash leaves at most a torn last line, which is skipped.
+  if (::write(it->second.names.get(), line.data(), line.size()) < 0)
+    spdlog::warn("sandbox={} write({}): {}", id, kNetworkNames, std::strerror(errno));
+}
+
+}  // namespace hutch::daemon::service

@@ -1,0 +1,124 @@
+// hutchd's networking: the one network engine (net/engine/engine.h) and, per filtered or open
+// sandbox, its egress path, its listeners on the engine, its live policy, the fake names it was
+// given (persisted for a restart) and a bounded ring of its decisions for the log API. The
+// registry calls it on create, teardown, rollback and recovery; the routes for GET/PUT .../network
+// and the log. No HTTP here.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/metrics.h"
+#include "daemon/service/error.h"
+#include "net/engine/engine.h"
+#include "net/policy.h"
+#include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
+#include "runtime/live_sandbox.h"
+
+namespace hutch::daemon::service {
+
+// The file in a sandbox's dir where each fake address the engine gave it is appended as
+// "ADDRESS NAME\n": after a hutchd restart, a connection to an address resolved before it still
+// has its name.
+inline constexpr const char* kNetworkNames = "network-names";
+
+// Whether a policy's mode routes egress through the engine (filtered, open).
+bool uses_engine(const net::Policy& policy);
+
+// Whether a running sandbox's policy may go from `current` to `next`: filtered <-> open and rule
+// changes, yes; a change to or from none or loopback is a conflict (network_mode_fixed), since
+// the namespace is made for the mode at create.
+ServiceResult<void> check_mode_change(const net::Policy& current, const net::Policy& next);
+
+struct NetworkOptions {
+  net::Mode default_mode = net::Mode::kLoopback;  // --default-network
+  // The floor's view of this host: its addresses (host_addresses() below) and hutchd's TCP
+  // listener, if any.
+  net::FloorConfig floor;
+  // Tests only (HUTCH_TEST_NET=1): upstreams are dialled from this network namespace, and names
+  // resolve from this table (never the host's resolver).
+  std::string upstream_netns;
+  std::map<std::string, std::vector<net::Address>> static_names;
+  size_t log_ring = 1000;  // decisions kept per sandbox
+};
+
+// The host's own addresses (getifaddrs), for the floor.
+Result<std::vector<net::Address>> host_addresses();
+
+// A decision as the log API lists it, numbered per sandbox from 1 (follow mode resumes after a
+// number).
+struct LoggedDecision {
+  uint64_t seq = 0;
+  net::ConnectionLog log;
+};
+
+struct NetworkStatus {
+  net::Policy policy;
+  std::optional<net::SandboxNetStats> stats;  // nullopt: mode none or loopback
+};
+
+class NetworkService {
+ public:
+  static Result<std::unique_ptr<NetworkService>> create(NetworkOptions options, Metrics& metrics);
+  ~NetworkService();  // the engine closes every listener
+  NetworkService(const NetworkService&) = delete;
+  NetworkService& operator=(const NetworkService&) = delete;
+
+  net::Mode default_mode() const { return options_.default_mode; }
+
+  // At create (and for a rollback's new live sandbox): installs the egress path in the sandbox's
+  // namespace, binds the listeners there and attaches them to the engine with `policy`, with no
+  // names (a fresh kNetworkNames in `dir`). No-op for a mode without egress.
+  Result<void> attach(const std::string& id, const std::string& dir, const LiveSandbox& live,
+                      const net::Policy& policy);
+  // After a hutchd restart: the path is still in the namespace; binds the listeners again and
+  // attaches with `policy` and the names kNetworkNames in `dir` holds.
+  Result<void> reattach(const std::string& id, const std::string& dir, const LiveSandbox& live,
+                        const net::Policy& policy);
+  // Every teardown path: the engine closes the sandbox's listeners and connections (so nothing
+  // holds its namespace), and followers of its log are told it ended. Unknown: no-op.
+  void detach(const std::string& id);
+
+  // PUT .../network for an attached sandbox (check_mode_change first): the new rules and mode
+  // apply to every later query and connection. Errors: the engine's (not attached).
+  ServiceResult<void> set_policy(const std::string& id, const net::Policy& next);
+  NetworkStatus status(const std::string& id, const net::Policy& policy) const;
+
+  // The sandbox's decisions after number `after` (0: all kept), waiting up to `wait` for one
+  // when there are none yet. `ended`: the sandbox is not attached (detached, or no egress).
+  std::vector<LoggedDecision> decisions(const std::string& id, uint64_t after,
+                                        std::chrono::milliseconds wait, bool* ended) const;
+
+ private:
+  struct Attached {
+    UniqueFd names;  // kNetworkNames, O_APPEND
+    std::deque<LoggedDecision> ring;
+    uint64_t next_seq = 1;
+  };
+
+  NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns);
+  Result<void> attach_listeners(const std::string& id, const std::string& dir,
+                                const LiveSandbox& live, const net::Policy& policy, bool fresh);
+  // The engine's sinks, on its threads.
+  void record(const net::ConnectionLog& log);
+  void remember_name(const std::string& id, const net::Address& address, const std::string& name);
+
+  NetworkOptions options_;
+  Metrics& metrics_;
+  UniqueFd upstream_netns_;  // borrowed by the engine (EngineOptions::upstream_netns_fd)
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::map<std::string, Attached> attached_;
+  std::unique_ptr<net::Engine> engine_;  // last: its threads call back into the members above
+};
+
+}  // namespace hutch::daemon::service

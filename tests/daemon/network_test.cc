@@ -1,0 +1,422 @@
+// Filtered and open sandboxes end to end: a real hutchd (tests/common/hutchd.h) whose engine dials
+// upstreams in a network namespace this test makes (U: lo up, 198.51.100.10 and 169.254.169.254
+// on it, python3's http.server on port 80), with names from --net-resolve; real sandboxes use
+// the host's curl, dig, nft, ip and python3 from inside. Nothing here touches the host's network
+// namespace, and no packet leaves the machine: the sandbox's namespace has a dead-end route only,
+// and the engine's upstream sockets are made in U.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/common/hutchd.h"
+#include "tests/common/must_work.h"
+#include "tests/common/temp_dir.h"
+#include "tests/common/wait.h"
+
+extern char** environ;
+
+namespace hutch::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kPage = "hello from upstream";
+
+bool tool_exists(const char* path) { return ::access(path, X_OK) == 0; }
+
+// U: a process in a new network namespace serving HTTP on port 80 of every address it has.
+class Upstream {
+ public:
+  explicit Upstream(const std::string& dir) {
+    std::ofstream(dir + "/index.html") << kPage;
+    const std::string script =
+        "ip link set lo up && ip addr add 198.51.100.10/32 dev lo && "
+        "ip addr add 169.254.169.254/32 dev lo && "
+        "exec python3 -m http.server --bind 0.0.0.0 --directory " +
+        dir + " 80";
+    std::vector<std::string> args = {"/usr/bin/unshare", "-n", "/bin/sh", "-c", script};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir + "/upstream.log").c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Upstream() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  // The server listens (its namespace's /proc/net/tcp has 0.0.0.0:80 in LISTEN).
+  bool serving() const {
+    std::ifstream tcp("/proc/" + std::to_string(pid_) + "/net/tcp");
+    std::string line;
+    while (std::getline(tcp, line)) {
+      if (line.find("00000000:0050 00000000:0000 0A") != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string netns() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::vector<std::string> engine_args(const Upstream& upstream) {
+  return {"--net-upstream-netns", upstream.netns(),
+          "--net-resolve",        "api.test=198.51.100.10",
+          "--net-resolve",        "evil.test=198.51.100.10",
+          "--net-resolve",        "meta.test=169.254.169.254"};
+}
+
+// Sockets hutchd holds open.
+int socket_count(pid_t pid) {
+  int count = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    char target[128] = {};
+    if (::readlink(entry.path().c_str(), target, sizeof target - 1) > 0 &&
+        std::string(target).starts_with("socket:"))
+      ++count;
+  }
+  return count;
+}
+
+// Whether any process still has the network namespace `link` ("net:[...]") as its own or as an
+// open fd.
+bool namespace_in_use(const std::string& link) {
+  std::error_code error;
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = proc.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    char target[128] = {};
+    if (::readlink((proc.path() / "ns/net").c_str(), target, sizeof target - 1) > 0 &&
+        link == target)
+      return true;
+    std::error_code fd_error;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fd_error)) {
+      char fd_target[128] = {};
+      if (::readlink(fd.path().c_str(), fd_target, sizeof fd_target - 1) > 0 && link == fd_target)
+        return true;
+    }
+  }
+  return false;
+}
+
+std::vector<json> ndjson(const std::string& text) {
+  std::vector<json> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+class NetworkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HUTCH_REQUIRE_ROOT();
+    for (const char* tool :
+         {"/usr/bin/curl", "/usr/bin/dig", "/usr/sbin/nft", "/usr/bin/python3", "/usr/bin/unshare"})
+      HUTCH_REQUIRE(tool_exists(tool), std::string("needs ") + tool);
+    ::setenv("HUTCH_TEST_NET", "1", 1);
+    upstream_ = std::make_unique<Upstream>(temp_.path());
+    ASSERT_GT(upstream_->pid(), 0);
+    ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's http.server"))
+        << std::ifstream(temp_.path() + "/upstream.log").rdbuf();
+  }
+  void TearDown() override {
+    if (daemon_ && daemon_->pid() > 0) {
+      auto list = daemon_->get("/v1/sandboxes");
+      for (const json& sandbox : list.body["sandboxes"])
+        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
+      daemon_->stop(SIGTERM);
+    }
+  }
+
+  void start(std::vector<std::string> extra = {"--destroy-on-exit"}) {
+    auto args = engine_args(*upstream_);
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_ = std::make_unique<Hutchd>(temp_.path(), args);
+    ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  }
+
+  std::string create(const json& network) {
+    auto reply = daemon_->post("/v1/sandboxes", {{"network", network}});
+    EXPECT_EQ(reply.status, 201) << reply.raw;
+    return reply.body.value("id", "");
+  }
+
+  // `command` under sh -c in the sandbox: stdout and stderr together.
+  std::string run(const std::string& id, const std::string& command) {
+    auto reply = daemon_->post("/v1/sandboxes/" + id + "/exec",
+                               {{"command", command + " 2>&1"}, {"timeout_seconds", 60}});
+    EXPECT_EQ(reply.status, 200) << reply.raw;
+    return reply.body.value("stdout", "");
+  }
+
+  std::string curl(const std::string& id, const std::string& url, const std::string& extra = "") {
+    return run(id, "curl -sS --max-time 10 " + extra + " " + url);
+  }
+
+  TempDir temp_;
+  std::unique_ptr<Upstream> upstream_;
+  std::unique_ptr<Hutchd> daemon_;
+};
+
+const json kApiOnly = {{"mode", "filtered"}, {"allow", {"api.test"}}};
+
+TEST_F(NetworkTest, FilteredReachesAllowedNamesOnlyAndLogsEachDecision) {
+  start();
+  const std::string id = create(kApiOnly);
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_NE(run(id, "dig +time=3 +tries=1 @8.8.8.8 evil.test").find("status: NXDOMAIN"),
+            std::string::npos);
+  // An IP literal has no name an allow could match: a 403 whose JSON body names the rule.
+  std::string denied = curl(id, "http://198.51.100.10/", "-w ' %{http_code}'");
+  EXPECT_NE(denied.find("\"network_denied\""), std::string::npos) << denied;
+  EXPECT_TRUE(denied.ends_with(" 403")) << denied;
+  // UDP anywhere but DNS is dropped in the namespace: sendto fails at once.
+  EXPECT_NE(run(id,
+                "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                "s.sendto(b'x', ('198.51.100.10', 9999))\"")
+                .find("Operation not permitted"),
+            std::string::npos);
+
+  auto sandbox = daemon_->get("/v1/sandboxes/" + id);
+  EXPECT_EQ(sandbox.body["network"]["mode"], "filtered");
+  EXPECT_EQ(sandbox.body["network"]["allow"], json({"api.test"}));
+  auto status = daemon_->get("/v1/sandboxes/" + id + "/network");
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_EQ(status.body["mode"], "filtered");
+  EXPECT_GE(status.body["stats"]["connections"].get<int>(), 2) << status.raw;
+  EXPECT_GE(status.body["stats"]["denied"].get<int>(), 1) << status.raw;
+  EXPECT_GE(status.body["stats"]["dns_denied"].get<int>(), 1) << status.raw;
+
+  auto log = daemon_->get("/v1/sandboxes/" + id + "/network/log");
+  ASSERT_EQ(log.status, 200);
+  bool allowed_api = false, denied_literal = false, denied_dns = false;
+  for (const json& line : ndjson(log.raw)) {
+    for (const char* key : {"time", "name", "address", "port", "protocol", "rule", "allowed",
+                            "reason", "bytes_up", "bytes_down", "duration_ms"})
+      EXPECT_TRUE(line.contains(key)) << key << " in " << line.dump();
+    if (line["name"] == "api.test" && line["protocol"] == "http" && line["allowed"] == true)
+      allowed_api = line["bytes_down"].get<uint64_t>() > 0;
+    if (line["address"] == "198.51.100.10" && line["allowed"] == false) denied_literal = true;
+    if (line["protocol"] == "dns" && line["name"] == "evil.test" && line["allowed"] == false)
+      denied_dns = true;
+  }
+  EXPECT_TRUE(allowed_api) << log.raw;
+  EXPECT_TRUE(denied_literal) << log.raw;
+  EXPECT_TRUE(denied_dns) << log.raw;
+  const std::string metrics = daemon_->get("/metrics").raw;
+  EXPECT_NE(metrics.find("hutch_net_connections_total{outcome=\"allowed\"} "), std::string::npos);
+  EXPECT_EQ(metrics.find("hutch_net_connections_total{outcome=\"denied\"} 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("hutch_net_dns_denied_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(daemon_->log().find("sandbox=" + id + " net=http allowed=true name=api.test"),
+            std::string::npos);
+}
+
+TEST_F(NetworkTest, AnAddressAllowOpensAnIpLiteral) {
+  start();
+  const std::string id = create({{"mode", "filtered"}, {"allow", {"198.51.100.0/24"}}});
+  EXPECT_EQ(curl(id, "http://198.51.100.10/"), kPage);
+}
+
+TEST_F(NetworkTest, MetadataIsRefusedEvenInOpenMode) {
+  start();
+  const std::string id = create("open");
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_EQ(curl(id, "http://198.51.100.10/"), kPage);
+  std::string metadata = run(id, "curl -sS --max-time 10 http://169.254.169.254/; echo \" rc=$?\"");
+  EXPECT_EQ(metadata.find(kPage), std::string::npos) << metadata;
+  EXPECT_EQ(metadata.find("rc=0"), std::string::npos) << metadata;
+  std::string by_name = run(id, "curl -sS --max-time 10 http://meta.test/; echo \" rc=$?\"");
+  EXPECT_EQ(by_name.find(kPage), std::string::npos) << by_name;
+}
+
+TEST_F(NetworkTest, TheSandboxRootCannotChangeTheRules) {
+  start();
+  const std::string id = create(kApiOnly);
+  EXPECT_NE(run(id, "nft flush ruleset").find("Operation not permitted"), std::string::npos);
+  EXPECT_NE(run(id, "ip route del default").find("Operation not permitted"), std::string::npos);
+  EXPECT_NE(curl(id, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+  EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+}
+
+TEST_F(NetworkTest, PutReplacesThePolicyAtRuntime) {
+  start();
+  const std::string id = create(kApiOnly);
+  const std::string path = "/v1/sandboxes/" + id + "/network";
+  ASSERT_EQ(curl(id, "http://api.test/"), kPage);
+  auto locked = daemon_->put(path, R"({"mode":"filtered","allow":[]})");
+  ASSERT_EQ(locked.status, 200) << locked.raw;
+  EXPECT_EQ(locked.body["allow"], json::array());
+  EXPECT_NE(curl(id, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).body["network"]["allow"], json::array());
+
+  ASSERT_EQ(daemon_->put(path, R"("open")").status, 200);
+  EXPECT_EQ(curl(id, "http://198.51.100.10/"), kPage);
+  ASSERT_EQ(daemon_->put(path, kApiOnly.dump()).status, 200);
+  EXPECT_NE(curl(id, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+
+  auto to_none = daemon_->put(path, R"("none")");
+  EXPECT_EQ(to_none.status, 409) << to_none.raw;
+  EXPECT_EQ(to_none.body["error"]["code"], "network_mode_fixed") << to_none.raw;
+  auto bad = daemon_->put(path, R"({"mode":"filtered","allow":["ok.test","10.0.0.0/33"]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("allow[1]"), std::string::npos) << bad.raw;
+
+  const std::string loopback = create("loopback");
+  auto from_loopback = daemon_->put("/v1/sandboxes/" + loopback + "/network", R"("filtered")");
+  EXPECT_EQ(from_loopback.status, 409) << from_loopback.raw;
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + loopback + "/network").body["stats"], nullptr);
+}
+
+TEST_F(NetworkTest, LogFollowStreamsNewDecisionsUntilTheSandboxIsDeleted) {
+  start();
+  const std::string id = create(kApiOnly);
+  std::mutex mutex;
+  std::string received;
+  std::atomic<bool> ended = false;
+  std::thread follower([&] {
+    auto client = daemon_->client(60);
+    client->Get("/v1/sandboxes/" + id + "/network/log?follow=1",
+                [&](const char* data, size_t length) {
+                  std::lock_guard lock(mutex);
+                  received.append(data, length);
+                  return true;
+                });
+    ended = true;
+  });
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::lock_guard lock(mutex);
+        return received.find("\"api.test\"") != std::string::npos;
+      },
+      10s, "the follower to see the decision"));
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/" + id).status, 204);
+  EXPECT_TRUE(wait_until([&] { return ended.load(); }, 10s, "the follow stream to end"));
+  follower.join();
+}
+
+TEST_F(NetworkTest, DeleteClosesEveryListenerAndFreesTheNamespace) {
+  start();
+  const int before = socket_count(daemon_->pid());
+  auto created = daemon_->post("/v1/sandboxes", {{"network", kApiOnly}});
+  ASSERT_EQ(created.status, 201);
+  const std::string id = created.body["id"];
+  EXPECT_GE(socket_count(daemon_->pid()), before + 6);  // tcp, dns udp and tcp, v4 and v6
+  char link[128] = {};
+  const std::string init_ns =
+      "/proc/" + std::to_string(created.body["init_pid"].get<int>()) + "/ns/net";
+  ASSERT_GT(::readlink(init_ns.c_str(), link, sizeof link - 1), 0);
+  ASSERT_EQ(daemon_->del("/v1/sandboxes/" + id + "?wait=true").status, 204);
+  EXPECT_TRUE(wait_until([&] { return socket_count(daemon_->pid()) <= before; }, 5s,
+                         "hutchd's sockets back to " + std::to_string(before)));
+  EXPECT_FALSE(namespace_in_use(link)) << link;
+}
+
+TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
+  start({});
+  const std::string id = create(kApiOnly);
+  std::string fake = run(id, "dig +short +time=3 +tries=1 api.test");
+  while (!fake.empty() && fake.back() == '\n') fake.pop_back();
+  ASSERT_TRUE(fake.starts_with("198.1")) << fake;
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0);
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), engine_args(*upstream_));
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+  // A client that cached the answer: no DNS query now, the fake address dialled with its name.
+  EXPECT_EQ(curl(id, "http://api.test/", "--resolve api.test:80:" + fake), kPage);
+  // The engine was given the names from before: the same name keeps its fake address.
+  EXPECT_EQ(run(id, "dig +short +time=3 +tries=1 api.test"), fake + "\n");
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+}
+
+TEST_F(NetworkTest, RollbackAndForkKeepThePolicyWithTheirOwnNames) {
+  start();
+  const std::string id = create(kApiOnly);
+  const std::string names = daemon_->state_dir() + "/sandboxes/" + id + "/network-names";
+  ASSERT_EQ(daemon_
+                ->put("/v1/sandboxes/" + id + "/network",
+                      json({{"mode", "filtered"}, {"allow", {"api.test", "evil.test"}}}).dump())
+                .status,
+            200);
+  ASSERT_EQ(curl(id, "http://evil.test/"), kPage);
+  EXPECT_NE(std::ifstream(names).peek(), EOF);
+  auto checkpoint = daemon_->post("/v1/sandboxes/" + id + "/checkpoints", {{"name", "c1"}});
+  ASSERT_EQ(checkpoint.status, 201) << checkpoint.raw;
+  auto rolled = daemon_->post("/v1/sandboxes/" + id + "/checkpoints/c1/rollback", json::object());
+  ASSERT_EQ(rolled.status, 200) << rolled.raw;
+  EXPECT_EQ(rolled.body["network"]["allow"], json({"api.test", "evil.test"}));
+  EXPECT_EQ(std::ifstream(names).peek(), EOF);  // fresh engine state: no names yet
+  EXPECT_EQ(curl(id, "http://evil.test/"), kPage);
+
+  auto forked = daemon_->post("/v1/sandboxes/" + id + "/fork", json::object());
+  ASSERT_EQ(forked.status, 201) << forked.raw;
+  const std::string fork = forked.body["sandboxes"][0]["id"];
+  EXPECT_EQ(forked.body["sandboxes"][0]["network"]["allow"], json({"api.test", "evil.test"}));
+  EXPECT_EQ(curl(fork, "http://evil.test/"), kPage);
+  EXPECT_NE(curl(fork, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+}
+
+TEST_F(NetworkTest, DefaultNetworkAppliesToCreatesThatNameNoneAndSkipsTheWarmPool) {
+  start({"--destroy-on-exit", "--default-network", "filtered", "--warm-pool", "host=1"});
+  auto idle = [&] {
+    auto pools = daemon_->get("/v1/pools");
+    return pools.status == 200 && !pools.body["pools"].empty() &&
+           pools.body["pools"][0]["idle"] == 1;
+  };
+  ASSERT_TRUE(wait_until(idle, 10s, "the warm pool to fill"));
+  auto created = daemon_->post("/v1/sandboxes", json::object());
+  ASSERT_EQ(created.status, 201);
+  const std::string id = created.body["id"];
+  EXPECT_EQ(created.body["network"]["mode"], "filtered");
+  // A pooled sandbox's namespace was made for loopback: a filtered create never takes one.
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"warm_pool\":false"),
+            std::string::npos);
+  EXPECT_TRUE(idle());
+  EXPECT_NE(curl(id, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  auto bad =
+      daemon_->post("/v1/sandboxes", {{"network", {{"mode", "filtered"}, {"allow", {"a..test"}}}}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.raw.find("allow[0]"), std::string::npos) << bad.raw;
+}
+
+TEST_F(NetworkTest, TestOnlyFlagsNeedHutchTestNet) {
+  ::unsetenv("HUTCH_TEST_NET");
+  Hutchd refused(temp_.path(), engine_args(*upstream_));
+  EXPECT_FALSE(refused.start());
+  EXPECT_NE(refused.log().find("need HUTCH_TEST_NET=1"), std::string::npos) << refused.log();
+}
+
+}  // namespace
+}  // namespace hutch::testing
