@@ -23,6 +23,7 @@
 #include "daemon/codec/time.h"
 #include "daemon/errors.h"
 #include "daemon/service/port_service.h"
+#include "runtime/base/socket_relay.h"
 
 namespace hutch::daemon {
 namespace {
@@ -72,7 +73,8 @@ std::string prefix_of(const std::string& id, uint16_t port) {
   return "/v1/sandboxes/" + id + "/ports/" + std::to_string(port);
 }
 
-// The proxy's paths: /v1/sandboxes/{id}/ports/{port}[/...], but not the tokens' routes.
+// The paths a port token opens: the proxy's, /v1/sandboxes/{id}/ports/{port}[/...] but not the
+// tokens' routes, and the port's tunnel, /v1/sandboxes/{id}/tunnel/{port}.
 struct PortPath {
   std::string sandbox;
   uint16_t port = 0;
@@ -88,6 +90,11 @@ std::optional<PortPath> parse_port_path(std::string_view path) {
           std::string_view::npos)
     return std::nullopt;
   path.remove_prefix(slash);
+  if (path.starts_with("/tunnel/")) {
+    auto port = parse_port(path.substr(8));
+    if (!port) return std::nullopt;
+    return PortPath{std::string(id), *port};
+  }
   if (!path.starts_with("/ports/")) return std::nullopt;
   path.remove_prefix(7);
   slash = path.find('/');
@@ -253,6 +260,20 @@ std::optional<UpstreamHead> parse_response_head(std::string_view head) {
   return parsed;
 }
 
+// A connection to the sandbox's port, or the ApiError that says why there is none.
+UniqueFd connect_or_throw(const Sandbox& sandbox, uint16_t port) {
+  if (sandbox.config().network == "none")
+    throw ApiError(502, "port_unreachable",
+                   "port " + std::to_string(port) +
+                       " cannot be reached: the sandbox has network \"none\", so its loopback "
+                       "is down and nothing in it can listen; create it with network "
+                       "\"loopback\"");
+  auto connected = service::connect_to_port(sandbox.live(), port, kConnectTimeout);
+  if (!connected && connected.error().code == "port_unreachable")
+    throw ApiError(502, "port_unreachable", connected.error().message);
+  return or_throw(std::move(connected));
+}
+
 ApiError bad_gateway(uint16_t port, const std::string& why) {
   return ApiError(502, "bad_gateway",
                   "the server on port " + std::to_string(port) + " inside the sandbox " + why);
@@ -260,6 +281,15 @@ ApiError bad_gateway(uint16_t port, const std::string& why) {
 
 // How the answer's body ends (RFC 9112 6.3).
 enum class BodyEnd { kNone, kChunked, kLength, kClose };
+
+// What the port routes share: the tokens, and whether the daemon is stopping (tunnels and
+// streams then end).
+struct PortState {
+  explicit PortState(SandboxRegistry& registry)
+      : tokens([&registry](const std::string& id) { return registry.find(id) != nullptr; }) {}
+  service::PortTokens tokens;
+  std::atomic<bool> stopping{false};
+};
 
 // Relays the answer's body to the client; one call for the whole body, like a streamed exec.
 struct Relay {
@@ -269,9 +299,12 @@ struct Relay {
   std::shared_ptr<Sandbox> sandbox;
   std::unique_ptr<Sandbox::ExecGuard> busy;  // holds the idle reaper off while it streams
   std::shared_ptr<void> slot;
+  std::shared_ptr<PortState> state;
 
   bool run(httplib::DataSink& sink) {
-    auto client_there = [&sink] { return !sink.is_writable || sink.is_writable(); };
+    auto client_there = [&] {
+      return !state->stopping.load() && (!sink.is_writable || sink.is_writable());
+    };
     auto fill = [&] { return upstream.fill(kHeadTimeout, client_there); };
     std::string& buffer = upstream.buffer;
     auto pass = [&](size_t n) {
@@ -386,9 +419,10 @@ std::string upstream_head(const DaemonContext& context, const httplib::Request& 
   return head;
 }
 
-void proxy(DaemonContext& context, service::PortTokens& tokens, Call& call,
+void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call& call,
            const httplib::Request& req, httplib::Response& res,
            const httplib::ContentReader& reader) {
+  service::PortTokens& tokens = state->tokens;
   const std::string id = sandbox_id(req);
   const uint16_t port = port_of(req);
   auto sandbox = or_throw(context.registry.get(id));
@@ -421,16 +455,7 @@ void proxy(DaemonContext& context, service::PortTokens& tokens, Call& call,
     return;
   }
 
-  if (sandbox->config().network == "none")
-    throw ApiError(502, "port_unreachable",
-                   "port " + std::to_string(port) +
-                       " cannot be reached: the sandbox has network \"none\", so its loopback "
-                       "is down and nothing in it can listen; create it with network "
-                       "\"loopback\"");
-  auto connected = service::connect_to_port(sandbox->live(), port, kConnectTimeout);
-  if (!connected && connected.error().code == "port_unreachable")
-    throw ApiError(502, "port_unreachable", connected.error().message);
-  Upstream upstream{or_throw(std::move(connected)), {}};
+  Upstream upstream{connect_or_throw(*sandbox, port), {}};
 
   bool chunked = req.get_header_value("Transfer-Encoding") == "chunked";
   uint64_t length = req.has_header("Content-Length")
@@ -523,6 +548,7 @@ void proxy(DaemonContext& context, service::PortTokens& tokens, Call& call,
   relay->sandbox = sandbox;
   relay->busy = std::make_unique<Sandbox::ExecGuard>(*sandbox);
   relay->slot = call.slot;
+  relay->state = state;
   // Chunked towards the client whatever the server's framing: httplib would apply a Range
   // header itself to a body of known length, and the server has applied it already.
   res.set_chunked_content_provider(
@@ -540,12 +566,34 @@ json token_json(const service::PortTokenInfo& info) {
   return {{"id", info.id}, {"port", info.port}, {"expires_at", iso8601(info.expires_at)}};
 }
 
+// POST /v1/sandboxes/{id}/tunnel/{port}: once connected to the port, hutchd answers a bare
+// "200" head itself, straight on the client's socket, and from then on relays raw bytes both
+// ways (databases, ssh, WebSocket). cpp-httplib cannot hand a connection over, so this request
+// keeps the connection (and its worker thread) until the tunnel ends; the connection then
+// closes, and httplib's own answer, written after, goes nowhere (the socket is shut down). The
+// client must wait for the 200 before it sends: bytes sent earlier may be taken by httplib.
+void tunnel(DaemonContext& context, const std::shared_ptr<PortState>& state,
+            const httplib::Request& req, httplib::Response& res) {
+  const uint16_t port = port_of(req);
+  auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
+  Connection* connection = current_connection();
+  if (connection == nullptr) throw ApiError(500, "runtime_error", "no connection to tunnel");
+  UniqueFd upstream = connect_or_throw(*sandbox, port);
+  connection->close_after_response();
+  res.status = 200;
+  if (!send_all(connection->fd(), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")) return;
+  Sandbox::ExecGuard busy(*sandbox);
+  relay_bytes(connection->fd(), upstream.get(), state->stopping);
+  ::shutdown(connection->fd(), SHUT_RDWR);
+}
+
 }  // namespace
 
 void add_port_routes(Routes& routes, DaemonContext& context) {
   SandboxRegistry& registry = context.registry;
-  auto tokens = std::make_shared<service::PortTokens>(
-      [&registry](const std::string& id) { return registry.find(id) != nullptr; });
+  auto state = std::make_shared<PortState>(registry);
+  routes.on_stop([state] { state->stopping.store(true); });
+  std::shared_ptr<service::PortTokens> tokens(state, &state->tokens);
   // The port's group takes what a port is not ("abc", "0", "65536"), for a 400 that says so; no
   // '/' in a group: server.cc's path_matches splits patterns at every '/'.
   const std::string ports = "/v1/sandboxes/([A-Za-z0-9_-]+)/ports/([A-Za-z0-9_.%+-]+)";
@@ -583,11 +631,15 @@ void add_port_routes(Routes& routes, DaemonContext& context) {
                      "no token " + req.matches[3].str() + " on port " + std::to_string(port));
                res.status = 204;
              });
+  routes.post("/v1/sandboxes/([A-Za-z0-9_-]+)/tunnel/([A-Za-z0-9_.%+-]+)",
+              [&context, state](Call&, const httplib::Request& req, httplib::Response& res) {
+                tunnel(context, state, req, res);
+              });
   routes.any_reader(
-      ports, [&context, tokens](Call& call, const httplib::Request& req, httplib::Response& res,
-                                const httplib::ContentReader& reader) {
+      ports, [&context, state](Call& call, const httplib::Request& req, httplib::Response& res,
+                               const httplib::ContentReader& reader) {
         try {
-          proxy(context, *tokens, call, req, res, reader);
+          proxy(context, state, call, req, res, reader);
         } catch (...) {
           // The request's body may be unread: the connection cannot carry another request.
           res.set_header("Connection", "close");

@@ -535,6 +535,7 @@ bool Daemon::stop(std::chrono::seconds grace) {
   if (tcp_) tcp_->stop();
   ::unlink(context_.options.socket_path.c_str());
   if (guard_) guard_->close_parked();
+  routes_.stop();
   // listen_after_bind() returns once its listener is stopped: these joins do not wait for
   // requests.
   for (std::thread& thread : threads_) thread.join();

@@ -77,6 +77,12 @@ class Routes {
   void set_tcp_credential(std::function<bool(const httplib::Request&)> accepts) {
     tcp_credential_ = std::move(accepts);
   }
+  // Called when the daemon stops, before it waits for requests in flight: routes whose requests
+  // last as long as a client wants (tunnels, endless streams) end them.
+  void on_stop(std::function<void()> hook) { stop_hooks_.push_back(std::move(hook)); }
+  void stop() const {
+    for (const auto& hook : stop_hooks_) hook();
+  }
   // tcp: the listener requires the bearer token.
   void install(httplib::Server& server, bool tcp) const;
 
@@ -95,6 +101,7 @@ class Routes {
   DaemonContext& context_;
   std::vector<Route> routes_;
   std::function<bool(const httplib::Request&)> tcp_credential_;
+  std::vector<std::function<void()>> stop_hooks_;
   mutable std::atomic<uint64_t> next_request_{1};
   mutable std::atomic<size_t> in_flight_{0};  // counted requests
 };
