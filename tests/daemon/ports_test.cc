@@ -5,8 +5,11 @@
 // view proves what was and was not forwarded.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "runtime/base/unique_fd.h"
+#include "tests/common/command.h"
 #include "tests/common/time_scale.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
@@ -83,6 +87,21 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Echo).serve_for
 
 constexpr int kPort = 8080;
 
+// A raw TCP server: answers every byte upper-cased, and passes an EOF on.
+constexpr const char* kUpperServer = R"PY(
+import socket, sys, threading
+def serve(c):
+    while data := c.recv(65536):
+        c.sendall(data.upper())
+    c.shutdown(socket.SHUT_WR)
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],)).start()
+)PY";
+constexpr int kRawPort = 9000;
+
+extern "C" char** environ;
+
 uint32_t crc32(const std::string& data) {
   static const std::array<uint32_t, 256> table = [] {
     std::array<uint32_t, 256> t{};
@@ -132,6 +151,62 @@ std::string raw_round_trip(const std::string& socket, const std::string& request
 }
 
 // The JSON body of a raw answer, de-chunked when it is chunked (the proxy's always are).
+UniqueFd connect_unix(const std::string& socket) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return UniqueFd();
+  return fd;
+}
+
+UniqueFd connect_tcp(int port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!fd || ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    return UniqueFd();
+  return fd;
+}
+
+bool send_text(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads `size` bytes, or up to the peer's EOF when size is 0 (5 s per read at most).
+std::string receive(int fd, size_t size = 0) {
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string data;
+  char buffer[65536];
+  while (size == 0 || data.size() < size) {
+    size_t want = size == 0 ? sizeof buffer : std::min(sizeof buffer, size - data.size());
+    ssize_t n = ::recv(fd, buffer, want, 0);
+    if (n <= 0) break;
+    data.append(buffer, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+// The head of an answer, read byte by byte so that nothing after it is taken.
+std::string receive_head(int fd) {
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string head;
+  char c;
+  while (!head.ends_with("\r\n\r\n") && ::recv(fd, &c, 1, 0) == 1) head.push_back(c);
+  return head;
+}
+
 json body_of(const std::string& raw) {
   size_t at = raw.find("\r\n\r\n");
   if (at == std::string::npos) return json();
@@ -208,6 +283,31 @@ class PortsTest : public DaemonTest {
   int get_with_port_token(const std::string& target, const std::string& token) const {
     auto answer = tcp()->Get(target, {{"X-Hutch-Port-Token", token}});
     return answer ? answer->status : 0;
+  }
+
+  // A tunnel to `port` of `id` opened on `fd` (a connection to hutchd): hutchd's answer head.
+  std::string open_tunnel(int fd, int port, const std::string& extra_headers = "") const {
+    if (!send_text(fd, "POST /v1/sandboxes/" + id_ + "/tunnel/" + std::to_string(port) +
+                           " HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n" + extra_headers +
+                           "\r\n"))
+      return "";
+    return receive_head(fd);
+  }
+
+  void start_upper_server() {
+    ASSERT_EQ(
+        daemon_->put("/v1/sandboxes/" + id_ + "/files?path=/tmp/upper.py", kUpperServer).status,
+        200);
+    auto started = daemon_->post(
+        "/v1/sandboxes/" + id_ + "/exec",
+        {{"argv", {"python3", "/tmp/upper.py", std::to_string(kRawPort)}}, {"background", true}});
+    ASSERT_EQ(started.status, 201) << started.raw;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          UniqueFd fd = connect_unix(daemon_->socket());
+          return fd && open_tunnel(fd.get(), kRawPort).starts_with("HTTP/1.1 200");
+        },
+        10s, "the raw server in the sandbox to accept a tunnel", 50ms));
   }
 
   const std::string token_ = "hutchd-bearer-0123456789abcdef";
@@ -484,6 +584,100 @@ TEST_F(PortsTest, TokensNeverReachTheLog) {
   EXPECT_NE(log.find(path("/x")), std::string::npos) << "the requests are logged";
   EXPECT_EQ(log.find(token.substr(21)), std::string::npos) << log;
   EXPECT_EQ(log.find(token_), std::string::npos);
+}
+
+TEST_F(PortsTest, TunnelRelaysRawBytesBothWays) {
+  start_upper_server();
+  UniqueFd fd = connect_unix(daemon_->socket());
+  ASSERT_TRUE(fd);
+  std::string head = open_tunnel(fd.get(), kRawPort);
+  ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+  ASSERT_TRUE(send_text(fd.get(), "hello, tunnel"));
+  EXPECT_EQ(receive(fd.get(), 13), "HELLO, TUNNEL");
+
+  // 16 MiB each way, written while read, then the half-close passed on: the server's EOF comes
+  // back after all of it.
+  std::string payload(16u << 20, 'x');
+  auto started = Clock::now();
+  std::thread writer([&] {
+    send_text(fd.get(), payload);
+    ::shutdown(fd.get(), SHUT_WR);
+  });
+  std::string echoed = receive(fd.get());
+  writer.join();
+  double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  EXPECT_EQ(echoed.size(), payload.size());
+  EXPECT_EQ(echoed, std::string(payload.size(), 'X'));
+  std::printf("16 MiB each way through a tunnel: %.0f ms\n", seconds * 1000);
+
+  UniqueFd refused = connect_unix(daemon_->socket());
+  std::string nothing = open_tunnel(refused.get(), 9001);
+  EXPECT_TRUE(nothing.starts_with("HTTP/1.1 502")) << nothing;
+}
+
+TEST_F(PortsTest, PortTokenOpensTheTunnelOfItsPortOnly) {
+  start_upper_server();
+  std::string token = issue_token(kRawPort);
+  UniqueFd without = connect_tcp(tcp_port_);
+  EXPECT_TRUE(open_tunnel(without.get(), kRawPort).starts_with("HTTP/1.1 401"));
+  UniqueFd other_port = connect_tcp(tcp_port_);
+  EXPECT_TRUE(open_tunnel(other_port.get(), kPort, "X-Hutch-Port-Token: " + token + "\r\n")
+                  .starts_with("HTTP/1.1 401"));
+  UniqueFd with = connect_tcp(tcp_port_);
+  std::string head = open_tunnel(with.get(), kRawPort, "X-Hutch-Port-Token: " + token + "\r\n");
+  ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
+  ASSERT_TRUE(send_text(with.get(), "abc"));
+  EXPECT_EQ(receive(with.get(), 3), "ABC");
+}
+
+TEST_F(PortsTest, StoppingHutchdEndsOpenTunnels) {
+  start_upper_server();
+  UniqueFd fd = connect_unix(daemon_->socket());
+  ASSERT_TRUE(open_tunnel(fd.get(), kRawPort).starts_with("HTTP/1.1 200"));
+  ASSERT_TRUE(send_text(fd.get(), "up"));
+  ASSERT_EQ(receive(fd.get(), 2), "UP");
+  auto started = Clock::now();
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0) << daemon_->log();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 5.0 * time_scale());
+  EXPECT_EQ(receive(fd.get()), "");  // the tunnel closed
+}
+
+// hutch port-forward: a local port that reaches the sandbox's, one tunnel per connection.
+TEST_F(PortsTest, PortForwardServesALocalPort) {
+  int local = free_tcp_port();
+  ASSERT_NE(local, 0);
+  std::vector<std::string> args = {
+      HUTCH_BINARY, "port-forward",        "--socket",           daemon_->socket(),
+      id_,          std::to_string(kPort), std::to_string(local)};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  auto request = [&](const std::string& target) {
+    UniqueFd fd = connect_tcp(local);
+    if (!fd || !send_text(fd.get(), "GET " + target +
+                                        " HTTP/1.1\r\nHost: x\r\n"
+                                        "Connection: close\r\n\r\n"))
+      return json();
+    return body_of(receive(fd.get()));
+  };
+  EXPECT_TRUE(wait_until([&] { return request("/probe").is_object(); }, 10s,
+                         "hutch port-forward to listen", 50ms));
+  for (int i = 0; i < 3; ++i) {
+    json echo = request("/through/forward/" + std::to_string(i));
+    ASSERT_TRUE(echo.is_object());
+    EXPECT_EQ(echo["target"], "/through/forward/" + std::to_string(i));
+  }
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
+
+  // A port with nothing behind it is told before anything listens.
+  std::vector<std::string> closed = {"port-forward", "--socket",           daemon_->socket(), id_,
+                                     "8099",         std::to_string(local)};
+  CommandResult refused = hutch(closed);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("port_unreachable"), std::string::npos) << refused.err;
 }
 
 }  // namespace
