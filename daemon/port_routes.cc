@@ -260,6 +260,13 @@ std::optional<UpstreamHead> parse_response_head(std::string_view head) {
   return parsed;
 }
 
+// The client's connection closes after this answer: the request's body may be left unread, and
+// would be read as the next request.
+void close_after_answer(httplib::Response& res) {
+  res.set_header("Connection", "close");
+  if (Connection* connection = current_connection()) connection->close_after_response();
+}
+
 // A connection to the sandbox's port, or the ApiError that says why there is none.
 UniqueFd connect_or_throw(const Sandbox& sandbox, uint16_t port) {
   if (sandbox.config().network == "none")
@@ -452,6 +459,7 @@ void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call
                                      "/; HttpOnly; SameSite=Strict");
     res.set_header("Cache-Control", "no-store");
     res.set_header("Referrer-Policy", "no-referrer");
+    close_after_answer(res);  // a body, if any, is left unread
     return;
   }
 
@@ -482,6 +490,7 @@ void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call
     return sent;
   });
   if (!read && !upstream_closed) throw bad_request("the request body could not be read");
+  if (upstream_closed) close_after_answer(res);
   if (chunked && !upstream_closed) send_all(upstream.fd.get(), "0\r\n\r\n");
 
   // The answer's head; interim 1xx answers are dropped (hutchd sent no Expect).
@@ -642,8 +651,7 @@ void add_port_routes(Routes& routes, DaemonContext& context) {
           proxy(context, state, call, req, res, reader);
         } catch (...) {
           // The request's body may be unread: the connection cannot carry another request.
-          res.set_header("Connection", "close");
-          if (Connection* connection = current_connection()) connection->close_after_response();
+          close_after_answer(res);
           throw;
         }
       });
