@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
