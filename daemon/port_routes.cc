@@ -390,7 +390,7 @@ struct Relay {
 // The request head for the sandbox's server.
 std::string upstream_head(const DaemonContext& context, const httplib::Request& req, uint16_t port,
                           const std::string& target, const std::string& prefix, bool chunked,
-                          uint64_t length) {
+                          uint64_t length, bool upgrade) {
   std::vector<std::string> listed = connection_tokens(req.headers);
   const std::string bearer = "Bearer " + context.options.token;
   std::string head = req.method + " " + target + " HTTP/1.1\r\n";
@@ -424,8 +424,38 @@ std::string upstream_head(const DaemonContext& context, const httplib::Request& 
   } else if (length > 0 || req.method == "POST" || req.method == "PUT" || req.method == "PATCH") {
     head += "Content-Length: " + std::to_string(length) + "\r\n";
   }
-  head += "Connection: close\r\n\r\n";
+  // An upgrade (WebSocket) keeps its two hop-by-hop headers for this one hop.
+  if (upgrade) {
+    head += "Upgrade: " + req.get_header_value("Upgrade") + "\r\nConnection: Upgrade\r\n\r\n";
+  } else {
+    head += "Connection: close\r\n\r\n";
+  }
   return head;
+}
+
+// A GET asking to switch protocols (WebSocket: RFC 6455 4.1).
+bool wants_upgrade(const httplib::Request& req) {
+  if (req.method != "GET" || !req.has_header("Upgrade")) return false;
+  std::vector<std::string> listed = connection_tokens(req.headers);
+  return std::ranges::find(listed, "upgrade") != listed.end();
+}
+
+// Gives the client's connection over to the sandbox's: `first` (an answer head hutchd writes
+// itself, then bytes already read from the sandbox) is written on the client's socket, and from
+// then on bytes are relayed both ways. cpp-httplib cannot hand a connection over, so the request
+// keeps the connection (and its worker thread) until the relay ends; the connection then closes,
+// and httplib's own answer, written after, goes nowhere (the socket is shut down). The client
+// must wait for the head before it sends: bytes sent earlier may be taken by httplib.
+void hand_over(PortState& state, Sandbox& sandbox, int upstream, const std::string& first,
+               httplib::Response& res, int status) {
+  Connection* connection = current_connection();
+  if (connection == nullptr) throw ApiError(500, "runtime_error", "no connection to hand over");
+  connection->close_after_response();
+  res.status = status;  // what the log records
+  if (!send_all(connection->fd(), first)) return;
+  Sandbox::ExecGuard busy(sandbox);
+  relay_bytes(connection->fd(), upstream, state.stopping);
+  ::shutdown(connection->fd(), SHUT_RDWR);
 }
 
 void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call& call,
@@ -472,8 +502,9 @@ void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call
                         ? std::stoull(req.get_header_value("Content-Length"))
                         : req.body.size();
   std::string target = rest + (kept_query.empty() ? "" : "?" + kept_query);
+  const bool upgrade = wants_upgrade(req);
   if (!send_all(upstream.fd.get(),
-                upstream_head(context, req, port, target, prefix, chunked, length)))
+                upstream_head(context, req, port, target, prefix, chunked, length, upgrade)))
     throw bad_gateway(port, "closed the connection before the request was sent");
 
   // The body, as it arrives. When the server stops reading (it answered early), the rest is
@@ -510,8 +541,12 @@ void proxy(DaemonContext& context, const std::shared_ptr<PortState>& state, Call
     }
     head = parse_response_head(std::string_view(upstream.buffer).substr(0, end + 4));
     if (!head) throw bad_gateway(port, "sent a malformed response head");
+    if (head->status == 101) {
+      if (!upgrade) throw bad_gateway(port, "switched protocols unasked");
+      // The server's own head, as it sent it (Sec-WebSocket-Accept and all), then its bytes.
+      return hand_over(*state, *sandbox, upstream.fd.get(), upstream.buffer, res, 101);
+    }
     upstream.buffer.erase(0, end + 4);
-    if (head->status == 101) throw bad_gateway(port, "switched protocols (not proxied)");
     if (head->status < 200) head.reset();
   }
 
@@ -578,24 +613,14 @@ json token_json(const service::PortTokenInfo& info) {
 }
 
 // POST /v1/sandboxes/{id}/tunnel/{port}: once connected to the port, hutchd answers a bare
-// "200" head itself, straight on the client's socket, and from then on relays raw bytes both
-// ways (databases, ssh, WebSocket). cpp-httplib cannot hand a connection over, so this request
-// keeps the connection (and its worker thread) until the tunnel ends; the connection then
-// closes, and httplib's own answer, written after, goes nowhere (the socket is shut down). The
-// client must wait for the 200 before it sends: bytes sent earlier may be taken by httplib.
+// "200" head itself and the connection carries the port's raw bytes (databases, ssh).
 void tunnel(DaemonContext& context, const std::shared_ptr<PortState>& state,
             const httplib::Request& req, httplib::Response& res) {
   const uint16_t port = port_of(req);
   auto sandbox = or_throw(context.registry.get(sandbox_id(req)));
-  Connection* connection = current_connection();
-  if (connection == nullptr) throw ApiError(500, "runtime_error", "no connection to tunnel");
   UniqueFd upstream = connect_or_throw(*sandbox, port);
-  connection->close_after_response();
-  res.status = 200;
-  if (!send_all(connection->fd(), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")) return;
-  Sandbox::ExecGuard busy(*sandbox);
-  relay_bytes(connection->fd(), upstream.get(), state->stopping);
-  ::shutdown(connection->fd(), SHUT_RDWR);
+  hand_over(*state, *sandbox, upstream.get(), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", res,
+            200);
 }
 
 }  // namespace

@@ -100,6 +100,28 @@ while True:
 )PY";
 constexpr int kRawPort = 9000;
 
+// A server that switches protocols as a WebSocket server would (without the framing): 101 with
+// the Upgrade and Connection it received echoed back, the word "ready" at once, then every byte
+// upper-cased.
+constexpr const char* kUpgradeServer = R"PY(
+import socket, sys, threading
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(1)
+    lines = head.decode().split("\r\n")
+    fields = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:] if ":" in l}
+    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + fields.get("upgrade", "") +
+               "\r\nConnection: Upgrade\r\nX-Seen-Connection: " + fields.get("connection", "") +
+               "\r\nX-Seen-Target: " + lines[0].split(" ")[1] + "\r\n\r\nready").encode())
+    while data := c.recv(65536):
+        c.sendall(data.upper())
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],)).start()
+)PY";
+constexpr int kUpgradePort = 9100;
+
 extern "C" char** environ;
 
 uint32_t crc32(const std::string& data) {
@@ -640,6 +662,38 @@ TEST_F(PortsTest, StoppingHutchdEndsOpenTunnels) {
   EXPECT_EQ(daemon_->stop(SIGTERM), 0) << daemon_->log();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 5.0 * time_scale());
   EXPECT_EQ(receive(fd.get()), "");  // the tunnel closed
+}
+
+// WebSocket through the proxy: the upgrade is forwarded, the server's 101 comes back as it sent
+// it, and the connection then carries the server's bytes.
+TEST_F(PortsTest, UpgradeSwitchesTheConnectionOver) {
+  ASSERT_EQ(
+      daemon_->put("/v1/sandboxes/" + id_ + "/files?path=/tmp/upgrade.py", kUpgradeServer).status,
+      200);
+  ASSERT_EQ(daemon_
+                ->post("/v1/sandboxes/" + id_ + "/exec",
+                       {{"argv", {"python3", "/tmp/upgrade.py", std::to_string(kUpgradePort)}},
+                        {"background", true}})
+                .status,
+            201);
+  std::string request = "GET " + path("/socket?room=1", "", kUpgradePort) +
+                        " HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, Upgrade\r\n"
+                        "Upgrade: hutch-test\r\nSec-WebSocket-Key: abc\r\n\r\n";
+  UniqueFd fd;
+  std::string head;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        fd = connect_unix(daemon_->socket());
+        head = send_text(fd.get(), request) ? receive_head(fd.get()) : "";
+        return head.starts_with("HTTP/1.1 101");
+      },
+      10s, "the upgrade server in the sandbox to switch protocols", 50ms));
+  EXPECT_NE(head.find("Upgrade: hutch-test\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("X-Seen-Connection: Upgrade\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("X-Seen-Target: /socket?room=1\r\n"), std::string::npos) << head;
+  EXPECT_EQ(receive(fd.get(), 5), "ready");
+  ASSERT_TRUE(send_text(fd.get(), "frames"));
+  EXPECT_EQ(receive(fd.get(), 6), "FRAMES");
 }
 
 // hutch port-forward: a local port that reaches the sandbox's, one tunnel per connection.
