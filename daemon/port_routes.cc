@@ -158,10 +158,17 @@ std::string query_without_token(std::string_view query) {
   return out;
 }
 
+// Waits for room on a full socket (the client's are non-blocking; the sandbox's time out) for
+// up to a minute at a time.
 bool send_all(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd writable{fd, POLLOUT, 0};
+      if (::poll(&writable, 1, 60000) <= 0) return false;
+      continue;
+    }
     if (n <= 0) return false;
     data.remove_prefix(static_cast<size_t>(n));
   }

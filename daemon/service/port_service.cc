@@ -62,8 +62,9 @@ int connect_loopback(int fd, int domain, uint16_t port, std::chrono::millisecond
     rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   }
   if (rc != 0) return errno;
-  // Writes to the sandbox's server are then bounded by the guard's timeouts, not this one.
-  tv = timeval{};
+  // Then each write to the sandbox's server waits at most a minute (a server that stops
+  // reading): as long as hutchd's writes to its clients do by default.
+  tv = timeval{60, 0};
   if (::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) return errno;
   return 0;
 }
