@@ -126,4 +126,9 @@ std::optional<std::string> Floor::refuse_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::vector<Cidr> Floor::static_ranges() {
+  const auto& cidrs = floor_cidrs();
+  return {cidrs.begin(), cidrs.end()};
+}
+
 }  // namespace hutch::net

@@ -44,6 +44,9 @@ class Floor {
   // Names that lead to metadata services or the host itself whatever they resolve to:
   // metadata.google.internal, localhost and *.localhost (RFC 6761). `name` is normalised.
   static std::optional<std::string> refuse_name(std::string_view name);
+  // The floor's fixed ranges (everything but the host's addresses and hutchd's ports), for the
+  // kernel's copy of it in the sandbox's nftables rules.
+  static std::vector<Cidr> static_ranges();
 
  private:
   FloorConfig config_;
