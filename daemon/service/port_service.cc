@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -10,7 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
+
+#include "net/egress_path.h"
 
 namespace hutch::daemon::service {
 namespace {
@@ -18,27 +18,6 @@ namespace {
 constexpr size_t kIdBytes = 8;
 constexpr size_t kSecretBytes = 16;  // 128 bits
 constexpr std::string_view kTokenPrefix = "hpt_";
-
-// A socket made in the network namespace `netns_fd`. On a thread of its own: setns(2) moves the
-// calling thread for good, and that thread ends here instead of serving requests from inside
-// the sandbox's namespace. (To be replaced by net::socket_in_netns, net/egress_path.h, once the
-// net-path branch is in.)
-Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type) {
-  Result<UniqueFd> made = plain_error("socket in netns", "not run");
-  std::thread([&] {
-    if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-      made = sys_error("setns", "the sandbox's network namespace");
-      return;
-    }
-    UniqueFd fd(::socket(domain, type | SOCK_CLOEXEC, 0));
-    if (!fd) {
-      made = sys_error("socket", domain == AF_INET ? "AF_INET" : "AF_INET6");
-      return;
-    }
-    made = std::move(fd);
-  }).join();
-  return made;
-}
 
 // connect(2) to loopback:port; the errno, 0 when connected. SO_SNDTIMEO bounds a connect that
 // waits (a full accept queue): it then fails with EINPROGRESS (socket(7)).
@@ -107,7 +86,7 @@ ServiceResult<UniqueFd> connect_to_port(const LiveSandbox& sandbox, uint16_t por
   int errors[2] = {0, 0};
   int domains[2] = {AF_INET, AF_INET6};
   for (int i = 0; i < 2; ++i) {
-    auto fd = socket_in_netns(netns->get(), domains[i], SOCK_STREAM);
+    auto fd = net::socket_in_netns(netns->get(), domains[i], SOCK_STREAM);
     if (!fd) return std::unexpected(from_runtime(fd.error()));
     errors[i] = connect_loopback(fd->get(), domains[i], port, timeout);
     if (errors[i] == 0) return std::move(*fd);
