@@ -16,6 +16,7 @@
 #include "daemon/errors.h"
 #include "daemon/json_codec.h"
 #include "daemon/layer_routes.h"
+#include "daemon/port_routes.h"
 
 namespace hutch::daemon {
 namespace {
@@ -64,9 +65,10 @@ const char* status_code_name(int status) {
 }
 
 // Whether `path` fits a route pattern, segment by segment: a "(...)" segment matches any
-// non-empty segment. (The routes' own regexes are httplib's; this only tells 404 from 405, and
-// avoids instantiating std::regex here, which GCC 12 -Wmaybe-uninitialized trips on under ASan.)
-bool path_matches(std::string_view pattern, std::string_view path) {
+// non-empty segment; `prefix`: any path under it fits too. (The routes' own regexes are httplib's;
+// this only tells 404 from 405 and finds reader routes, and avoids instantiating std::regex here,
+// which GCC 12 -Wmaybe-uninitialized trips on under ASan.)
+bool path_matches(std::string_view pattern, std::string_view path, bool prefix = false) {
   auto next = [](std::string_view& text) {
     size_t slash = text.find('/', 1);
     std::string_view segment = text.substr(0, slash);
@@ -81,7 +83,13 @@ bool path_matches(std::string_view pattern, std::string_view path) {
       return false;
     }
   }
-  return pattern.empty() && path.empty();
+  return pattern.empty() && (path.empty() || prefix);
+}
+
+// The methods whose bodies httplib hands to a content reader; other methods' bodies it reads
+// whole.
+bool has_reader(const std::string& method) {
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
 }
 
 // Gives a concurrency slot back when the last copy of Call::slot goes.
@@ -199,6 +207,9 @@ void Routes::del(const std::string& pattern, RouteHandler handler) {
 void Routes::put_reader(const std::string& pattern, ReaderHandler handler) {
   routes_.push_back({"PUT", pattern, nullptr, std::move(handler), true});
 }
+void Routes::any_reader(const std::string& pattern, ReaderHandler handler) {
+  routes_.push_back({"*", pattern, nullptr, std::move(handler), true});
+}
 
 void Routes::run(const Route& route, const httplib::Request& req, httplib::Response& res,
                  const httplib::ContentReader* reader) const {
@@ -218,7 +229,8 @@ void Routes::run(const Route& route, const httplib::Request& req, httplib::Respo
       }
       call.slot = std::make_shared<SlotRelease>(in_flight_);
     }
-    if (reader == nullptr && req.body.size() > context_.options.max_json_bytes)
+    // (A reader route's body is still unread here: req.body is empty.)
+    if (req.body.size() > context_.options.max_json_bytes)
       throw ApiError(413, "payload_too_large",
                      "JSON bodies are limited to " +
                          std::to_string(context_.options.max_json_bytes) + " bytes");
@@ -269,25 +281,65 @@ void Routes::install(httplib::Server& server, bool tcp) const {
     if (route.method == "POST") server.Post(route.pattern, wrap(route));
     if (route.method == "DELETE") server.Delete(route.pattern, wrap(route));
     if (route.method == "PUT") server.Put(route.pattern, wrap_reader(route));
+    if (route.method == "*") {
+      // httplib tries a POST's content-reader routes before its other routes: the paths of the
+      // routes under this one are left out of it here instead (as non-capturing groups, so that
+      // the capture groups keep their numbers).
+      std::string others;
+      for (const Route& other : routes_) {
+        if (other.method == "*" || !other.pattern.starts_with(route.pattern + "/")) continue;
+        std::string tail = other.pattern.substr(route.pattern.size());
+        for (size_t at = tail.find("(["); at != std::string::npos; at = tail.find("([", at))
+          tail.replace(at, 1, "(?:");
+        others += (others.empty() ? "" : "|") + tail;
+      }
+      const std::string any =
+          route.pattern + (others.empty() ? "" : "(?!(?:" + others + ")$)") + "(/.*)?";
+      server.Post(any, wrap_reader(route));
+      server.Put(any, wrap_reader(route));
+      server.Patch(any, wrap_reader(route));
+      server.Delete(any, wrap_reader(route));
+      auto whole = [this, route](const httplib::Request& req, httplib::Response& res) {
+        httplib::ContentReader body(
+            [&req](httplib::ContentReceiver receive) {
+              return req.body.empty() || receive(req.body.data(), req.body.size());
+            },
+            [](httplib::MultipartContentHeader, httplib::ContentReceiver) { return false; });
+        run(route, req, res, &body);
+      };
+      server.Get(any, whole);
+      server.Options(any, whole);
+    }
   }
   const ServerOptions& options = context_.options;
   // Bodies of content-reader routes (file PUT) stream to the sandbox's disk quota; every other body
   // is JSON, read whole, up to max_json_bytes.
   const uint64_t unbounded = std::numeric_limits<uint64_t>::max();
-  std::vector<std::pair<std::string, std::string>> reader_routes;  // method, pattern
-  for (const Route& route : routes_) {
-    if (route.reader) reader_routes.emplace_back(route.method, route.pattern);
-  }
-  auto framing_error = [&options, unbounded, reader_routes](const httplib::Request& req) {
-    bool reader = std::ranges::any_of(reader_routes, [&](const auto& route) {
-      return route.first == req.method && path_matches(route.second, req.path);
-    });
+  struct Shape {
+    std::string method, pattern;
+    bool reader;
+  };
+  std::vector<Shape> shapes;
+  for (const Route& route : routes_)
+    shapes.push_back({route.method, route.pattern, route.reader != nullptr});
+  auto framing_error = [&options, unbounded, shapes](const httplib::Request& req) {
+    // A route's own path wins over an any-method route's ("*") paths under it.
+    bool exact = false, reader = false;
+    for (const Shape& shape : shapes) {
+      if (shape.method == "*" || !path_matches(shape.pattern, req.path)) continue;
+      exact = true;
+      reader = reader || (shape.reader && shape.method == req.method);
+    }
+    for (const Shape& shape : shapes) {
+      if (!exact && shape.method == "*" && has_reader(req.method))
+        reader = reader || path_matches(shape.pattern, req.path, true);
+    }
     return check_framing(req, reader ? unbounded : options.max_json_bytes);
   };
   // Before the body is read: framing (a refusal closes the connection, so the unread body is
   // never taken for a request), then authentication (TCP).
   server.set_pre_routing_handler(
-      [&options, tcp, framing_error](const httplib::Request& req, httplib::Response& res) {
+      [&options, tcp, framing_error, this](const httplib::Request& req, httplib::Response& res) {
         if (auto error = framing_error(req)) {
           refuse_request(res, *error);
           return httplib::Server::HandlerResponse::Handled;
@@ -296,6 +348,7 @@ void Routes::install(httplib::Server& server, bool tcp) const {
           std::string header = req.get_header_value("Authorization");
           bool ok =
               header.starts_with("Bearer ") && constant_time_equal(header.substr(7), options.token);
+          if (!ok && tcp_credential_) ok = tcp_credential_(req);
           if (!ok) {
             res.set_header("WWW-Authenticate", "Bearer");
             refuse_request(res, ApiError(401, "unauthorized", "a valid bearer token is required"));
@@ -317,7 +370,9 @@ void Routes::install(httplib::Server& server, bool tcp) const {
   // httplib's own errors (no route, body over the cap, bad request line) get the JSON shape
   // too; a path that exists under another method is a 405.
   std::vector<std::pair<std::string, std::string>> patterns;
-  for (const Route& route : routes_) patterns.emplace_back(route.pattern, route.method);
+  for (const Route& route : routes_) {
+    if (route.method != "*") patterns.emplace_back(route.pattern, route.method);
+  }
   server.set_error_handler(httplib::Server::HandlerWithResponse(
       [patterns](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty() || res.content_provider_)
@@ -409,6 +464,7 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
   add_file_routes(routes_, context_);
   add_network_routes(routes_, context_);
   add_layer_routes(routes_, registry, recipes);
+  add_port_routes(routes_, context_);
 }
 
 // Safe whatever stop() returned: the listener threads end once stopped, and the guard's shutdown
@@ -480,6 +536,7 @@ bool Daemon::stop(std::chrono::seconds grace) {
   if (tcp_) tcp_->stop();
   ::unlink(context_.options.socket_path.c_str());
   if (guard_) guard_->close_parked();
+  routes_.stop();
   // listen_after_bind() returns once its listener is stopped: these joins do not wait for
   // requests.
   for (std::thread& thread : threads_) thread.join();

@@ -69,6 +69,20 @@ class Routes {
   void post(const std::string& pattern, RouteHandler handler);
   void del(const std::string& pattern, RouteHandler handler);
   void put_reader(const std::string& pattern, ReaderHandler handler);
+  // Every method on `pattern` and any path under it (the sandbox port proxy): GET, HEAD and
+  // OPTIONS bodies are read whole (bounded as JSON bodies are) and handed over as a reader too.
+  void any_reader(const std::string& pattern, ReaderHandler handler);
+  // A TCP request without the bearer token is let through when this accepts it: a route's own
+  // credential (port tokens), which the route then checks itself. Set before install().
+  void set_tcp_credential(std::function<bool(const httplib::Request&)> accepts) {
+    tcp_credential_ = std::move(accepts);
+  }
+  // Called when the daemon stops, before it waits for requests in flight: routes whose requests
+  // last as long as a client wants (tunnels, endless streams) end them.
+  void on_stop(std::function<void()> hook) { stop_hooks_.push_back(std::move(hook)); }
+  void stop() const {
+    for (const auto& hook : stop_hooks_) hook();
+  }
   // tcp: the listener requires the bearer token.
   void install(httplib::Server& server, bool tcp) const;
 
@@ -86,6 +100,8 @@ class Routes {
            const httplib::ContentReader* reader) const;
   DaemonContext& context_;
   std::vector<Route> routes_;
+  std::function<bool(const httplib::Request&)> tcp_credential_;
+  std::vector<std::function<void()>> stop_hooks_;
   mutable std::atomic<uint64_t> next_request_{1};
   mutable std::atomic<size_t> in_flight_{0};  // counted requests
 };

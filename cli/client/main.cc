@@ -145,6 +145,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stdout", "stderr"}));
   logs_cmd->add_flag("-f,--follow", output.follow, "Follow until the process exits (with PID)");
 
+  std::string forward_id;
+  uint16_t forward_port = 0, forward_local_port = 0;
+  CLI::App* forward_cmd = app.add_subcommand(
+      "port-forward", "Forward 127.0.0.1:LOCAL_PORT to a sandbox's PORT through hutchd");
+  forward_cmd->add_option("id", forward_id, "Sandbox id")->required();
+  forward_cmd->add_option("port", forward_port, "The port inside the sandbox (1-65535)")
+      ->required()
+      ->check(CLI::Range(1, 65535));
+  forward_cmd->add_option("local_port", forward_local_port, "Local port (default: PORT)")
+      ->check(CLI::Range(1, 65535));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -176,6 +187,9 @@ int main(int argc, char** argv) {
     return exec_command(daemon, exec_id, exec, exec_json);
   }
   if (cp_cmd->parsed()) return copy_file(daemon, cp_source, cp_destination);
+  if (forward_cmd->parsed())
+    return port_forward(endpoint, forward_id, forward_port,
+                        forward_local_port == 0 ? forward_port : forward_local_port);
   if (rm_cmd->parsed()) return remove_sandboxes(daemon, rm_ids);
   if (pause_cmd->parsed()) return change_sandbox_state(daemon, pause_id, "pause");
   if (resume_cmd->parsed()) return change_sandbox_state(daemon, resume_id, "resume");

@@ -42,4 +42,9 @@ int exec_command(Connection& daemon, const std::string& id, const ExecOptions& o
 
 int copy_file(Connection& daemon, const std::string& source, const std::string& destination);
 
+// Listens on 127.0.0.1:local_port and tunnels each connection to the sandbox's port through
+// hutchd, until killed. Checks with a first tunnel that the port answers before it listens.
+int port_forward(const Endpoint& endpoint, const std::string& id, uint16_t port,
+                 uint16_t local_port);
+
 }  // namespace hutch::client
