@@ -6,9 +6,11 @@
 #include <openssl/x509v3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "net/tls/sandbox_ca.h"
@@ -233,6 +235,29 @@ TEST(SandboxCa, LabelIsCutToTheCommonNameLimit) {
   const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
   ASSERT_GE(index, 0);
   EXPECT_EQ(ASN1_STRING_length(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index))), 64);
+}
+
+// The engine's threads share one CA: minting, hits and evictions race on a small cache.
+TEST(SandboxCa, ConcurrentLeavesStayValid) {
+  auto ca = make_ca({.leaf_cache_size = 4});
+  ASSERT_TRUE(ca);
+  std::atomic<int> failures = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const std::string name = "h" + std::to_string((i * 7 + t) % 12) + ".example.com";
+        auto leaf = ca->leaf_for(name);
+        if (!leaf || (*leaf)->name != name ||
+            X509_check_host((*leaf)->certificate.get(), name.c_str(), 0, 0, nullptr) != 1) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_LE(ca->cached_leaves(), 4u);
 }
 
 double median_microseconds(std::vector<double> samples) {
