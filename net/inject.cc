@@ -246,6 +246,8 @@ Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderVa
       const size_t colon = line.find(':');
       if (colon == std::string_view::npos) return refuse("a header line without a colon");
       const std::string_view name = line.substr(0, colon);
+      // "Authorization :" would escape the comparison below and still reach a lenient server.
+      if (!is_token(name)) return refuse("a header name that is not a token");
       if (std::any_of(set.begin(), set.end(),
                       [&](const HeaderValue& h) { return equals_ignoring_case(h.name, name); })) {
         continue;

@@ -104,7 +104,8 @@ class PlaceholderScanner {
 // Replaces each named header of a complete HTTP/1.1 request head (through the empty line, as
 // parse_http_head accepted it): every existing field of that name is removed and one field is
 // added before the empty line. Errors never include a value: a value with CR, LF or NUL (header
-// injection) is refused naming the header only, as is a result over kMaxHttpHead.
+// injection) is refused naming the header only, as is a result over kMaxHttpHead, and so is a
+// head with a bare CR or LF or a field name that is not a token (whitespace before the colon).
 Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderValue> set);
 
 }  // namespace hutch::net

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <map>
+#include <random>
 
 #include "net/http_head.h"
 #include "net/inject_json.h"
@@ -217,6 +219,8 @@ TEST(Inject, RewriteRefusesHugeAndBrokenHeads) {
   EXPECT_FALSE(rewrite_head("GET / HTTP/1.1\r\nHost: a\r\n", set));
   EXPECT_FALSE(rewrite_head("GET / HTTP/1.1\r\nHost: a\nX: y\r\n\r\n", set));
   EXPECT_FALSE(rewrite_head("GET / HTTP/1.1\r\nHost a\r\n\r\n", set));
+  EXPECT_FALSE(rewrite_head("GET / HTTP/1.1\r\nHost: a\r\nAuthorization : x\r\n\r\n", set));
+  EXPECT_FALSE(rewrite_head("GET / HTTP/1.1\r\nHost: a\r\n Authorization: x\r\n\r\n", set));
   // Over kMaxHttpHead as given, and pushed over it by the added field.
   const std::string start = "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: ";
   const std::string end = "\r\n\r\n";
@@ -235,6 +239,38 @@ TEST(Inject, RewriteRefusesHugeAndBrokenHeads) {
   auto cleaned = rewrite_head(many, set);
   ASSERT_TRUE(cleaned);
   EXPECT_EQ(*cleaned, "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer sk-real\r\n\r\n");
+}
+
+// Random heads built from the characters that matter: a rewrite either fails or yields a head
+// that ends the head once, carries the set field exactly once and no other field of its name.
+TEST(Inject, RewriteOfRandomHeads) {
+  std::mt19937 random(12);
+  const std::string alphabet = "ab:\r\n \tAuthorization";
+  const std::vector<HeaderValue> set = {{"Authorization", "Bearer sk-real"}};
+  for (int round = 0; round < 20000; ++round) {
+    std::string head = "GET / HTTP/1.1\r\n";
+    const size_t size = random() % 64;
+    for (size_t i = 0; i < size; ++i) head += alphabet[random() % alphabet.size()];
+    head += "\r\n\r\n";
+    auto rewritten = rewrite_head(head, set);
+    if (!rewritten) continue;
+    EXPECT_TRUE(rewritten->ends_with("\r\nAuthorization: Bearer sk-real\r\n\r\n")) << head;
+    EXPECT_EQ(rewritten->find("\r\n\r\n"), rewritten->size() - 4) << head;
+    size_t fields = 0;
+    for (size_t at = rewritten->find("\r\nauthorization:"); at != std::string::npos;
+         at = rewritten->find("\r\nauthorization:", at + 1)) {
+      ++fields;
+    }
+    std::string lower = *rewritten;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    size_t any_case = 0;
+    for (size_t at = lower.find("\r\nauthorization:"); at != std::string::npos;
+         at = lower.find("\r\nauthorization:", at + 1)) {
+      ++any_case;
+    }
+    EXPECT_EQ(fields, 0u) << head;
+    EXPECT_EQ(any_case, 1u) << head;
+  }
 }
 
 TEST(InjectJson, ParsesAndRoundTrips) {
