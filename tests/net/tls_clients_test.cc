@@ -1,7 +1,8 @@
 // Real clients against the engine's server context, configured only through the trust bundle
-// and the environment trust_environment() gives: curl (CURL_CA_BUNDLE) and Python's ssl
-// (SSL_CERT_FILE, with VERIFY_X509_STRICT as Python 3.13 sets by default). The server listens
-// on 127.0.0.1 inside a network namespace the test makes; the clients run in it by nsenter.
+// and the environment trust_environment() gives: curl (CURL_CA_BUNDLE), Python's ssl
+// (SSL_CERT_FILE, with VERIFY_X509_STRICT as Python 3.13 sets by default) and Node
+// (NODE_EXTRA_CA_CERTS, the CA alone). The server listens on 127.0.0.1 inside a network
+// namespace the test makes; the clients run in it by nsenter.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
@@ -141,6 +142,16 @@ class TlsClients : public ::testing::Test {
     return run_inside({"python3", "-c", script}, environment);
   }
 
+  testing::CommandResult node(const std::vector<EnvEntry>& environment) {
+    const std::string script =
+        "require('https').get({host: '127.0.0.1', port: " + std::to_string(port_) +
+        ", servername: '" + std::string(kHost) + "', headers: {Host: '" + std::string(kHost) +
+        "'}}, (r) => { let body = ''; r.on('data', (d) => body += d);"
+        " r.on('end', () => console.log(body)); })"
+        ".on('error', (e) => { console.error(e.code); process.exit(1); });";
+    return run_inside({"node", "-e", script}, environment);
+  }
+
   testing::TempDir dir_;
   std::unique_ptr<SandboxCa> ca_;
   SslCtxPtr server_;
@@ -170,6 +181,22 @@ TEST_F(TlsClients, PythonWithTheHostRootsOnlyRefuses) {
   const auto result = python({{"SSL_CERT_FILE", std::string(kHostRootsPath)}});
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.err.find("CERTIFICATE_VERIFY_FAILED"), std::string::npos) << result.err;
+}
+
+// Node keeps its own roots and adds NODE_EXTRA_CA_CERTS (the CA alone) to them.
+TEST_F(TlsClients, NodeTrustsTheExtraCaFromTheEnvironment) {
+  HUTCH_REQUIRE(access("/usr/bin/node", X_OK) == 0, "/usr/bin/node is not installed");
+  const auto result = node(trust_environment(bundle_path_, ca_path_));
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "ok\n");
+}
+
+TEST_F(TlsClients, NodeWithItsOwnRootsOnlyRefuses) {
+  HUTCH_REQUIRE(access("/usr/bin/node", X_OK) == 0, "/usr/bin/node is not installed");
+  const auto result = node({});
+  EXPECT_NE(result.exit_code, 0);
+  // The server sends the leaf alone: Node finds no issuer for it among its roots.
+  EXPECT_NE(result.err.find("UNABLE_TO_VERIFY_LEAF_SIGNATURE"), std::string::npos) << result.err;
 }
 
 }  // namespace
