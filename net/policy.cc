@@ -42,15 +42,6 @@ Result<uint16_t> parse_port(std::string_view text, std::string_view whole) {
   return static_cast<uint16_t>(value);
 }
 
-bool name_matches(const Rule& rule, std::string_view name) {
-  if (rule.kind == RuleKind::kName) return name == rule.name;
-  if (rule.kind == RuleKind::kSuffix) {
-    return name.size() > rule.name.size() + 1 && name.ends_with(rule.name) &&
-           name[name.size() - rule.name.size() - 1] == '.';
-  }
-  return false;
-}
-
 bool address_matches(const Rule& rule, const Address& address) {
   return rule.kind == RuleKind::kCidr &&
          (rule.cidr.contains(address) || rule.cidr.contains(address.effective()));
@@ -93,6 +84,15 @@ std::optional<Decision> decide_mode(Mode mode) {
 }
 
 }  // namespace
+
+bool name_matches(const Rule& rule, std::string_view name) {
+  if (rule.kind == RuleKind::kName) return name == rule.name;
+  if (rule.kind == RuleKind::kSuffix) {
+    return name.size() > rule.name.size() + 1 && name.ends_with(rule.name) &&
+           name[name.size() - rule.name.size() - 1] == '.';
+  }
+  return false;
+}
 
 std::string_view mode_name(Mode mode) {
   switch (mode) {

@@ -67,6 +67,10 @@ struct Rule {
 // Parses one rule; the error names the rule text and what is wrong with it.
 Result<Rule> parse_rule(std::string_view text);
 
+// Whether a name rule covers a normalised name (kName: exactly; kSuffix: any subdomain). Ports
+// are not looked at; a kCidr rule covers no name.
+bool name_matches(const Rule& rule, std::string_view name);
+
 struct Policy {
   Mode mode = Mode::kLoopback;
   std::vector<Rule> allow;
