@@ -278,7 +278,7 @@ void close_after_answer(httplib::Response& res) {
 
 // A connection to the sandbox's port, or the ApiError that says why there is none.
 UniqueFd connect_or_throw(const Sandbox& sandbox, uint16_t port) {
-  if (sandbox.config().network == "none")
+  if (sandbox.config().network.mode == net::Mode::kNone)
     throw ApiError(502, "port_unreachable",
                    "port " + std::to_string(port) +
                        " cannot be reached: the sandbox has network \"none\", so its loopback "
