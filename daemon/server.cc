@@ -17,25 +17,13 @@
 #include "daemon/json_codec.h"
 #include "daemon/layer_routes.h"
 #include "daemon/port_routes.h"
+#include "daemon/service/port_service.h"
 
 namespace hutch::daemon {
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  // Compares every byte of the longer string whatever the content: the time depends on the
-  // lengths only.
-  size_t n = std::max(a.size(), b.size());
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
 
 const char* status_code_name(int status) {
   switch (status) {
@@ -346,8 +334,8 @@ void Routes::install(httplib::Server& server, bool tcp) const {
         }
         if (tcp) {
           std::string header = req.get_header_value("Authorization");
-          bool ok =
-              header.starts_with("Bearer ") && constant_time_equal(header.substr(7), options.token);
+          bool ok = header.starts_with("Bearer ") &&
+                    service::constant_time_equal(header.substr(7), options.token);
           if (!ok && tcp_credential_) ok = tcp_credential_(req);
           if (!ok) {
             res.set_header("WWW-Authenticate", "Bearer");
