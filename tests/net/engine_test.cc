@@ -123,8 +123,19 @@ struct Exchange {
   int send_error = 0;
   std::string data;
   int read_error = 0;
-  // A reset shows on the first call after it: the send when it came early, else the read.
-  bool reset() const { return send_error == ECONNRESET || read_error == ECONNRESET; }
+  // A reset shows on the first call after it: the send when it came early, else the read. A
+  // connection refused at accept can be reset before connect() returns (Linux 6.1 over loopback
+  // wakes the connecting thread after the RST was processed), and connect() reports it.
+  bool reset() const {
+    return connect_error == ECONNRESET || send_error == ECONNRESET || read_error == ECONNRESET;
+  }
+  // For failure messages: what the client saw at each step.
+  std::string seen() const {
+    return "connect: " + std::string(connect_error ? strerror(connect_error) : "ok") +
+           ", send: " + (send_error ? strerror(send_error) : "ok") +
+           ", read: " + (read_error ? strerror(read_error) : "ok") + ", " +
+           std::to_string(data.size()) + " bytes";
+  }
 };
 // Connects, sends, half-closes and reads everything back.
 Exchange exchange(const Address& address, uint16_t port, std::string_view request) {
@@ -501,6 +512,20 @@ class EngineTest : public ::testing::Test {
   }
 
   // The one log of a relayed connection to `port` matching `name`, once it was written.
+  // The first log `matches` accepts, waited for: the engine logs a refusal after its reset.
+  std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& matches) {
+    std::optional<ConnectionLog> found;
+    (void)testing::wait_until(
+        [&] {
+          std::lock_guard lock(mutex_);
+          const auto it = std::find_if(logs_.begin(), logs_.end(), matches);
+          if (it != logs_.end()) found = *it;
+          return found.has_value();
+        },
+        5s, "the connection's log");
+    return found;
+  }
+
   std::optional<ConnectionLog> connection_log(const std::string& name, uint16_t port) {
     std::optional<ConnectionLog> found;
     (void)testing::wait_until(
@@ -647,7 +672,7 @@ TEST_F(EngineTest, SniOrHostDisagreeingWithTheDnsNameIsRefused) {
   start_engine();
   const Address api = fake("api.test");
   const Exchange tls = in_sandbox([&] { return exchange(api, 443, client_hello("other.test")); });
-  EXPECT_TRUE(tls.reset()) << "a reset, not a 403, for TLS";
+  EXPECT_TRUE(tls.reset()) << "a reset, not a 403, for TLS: " << tls.seen();
   EXPECT_TRUE(tls.data.empty());
   const Exchange http = in_sandbox([&] { return exchange(api, 80, get_request("other.test")); });
   EXPECT_EQ(http.data.rfind("HTTP/1.1 403", 0), 0u) << http.data;
@@ -691,7 +716,7 @@ TEST_F(EngineTest, ServerSpeaksFirstOnANamedPort) {
   EXPECT_EQ(got, std::string(kBanner) + "ping");
   // Not allowed on another port.
   const Exchange other = in_sandbox([&] { return exchange(api, 23, "x"); });
-  EXPECT_TRUE(other.reset());
+  EXPECT_TRUE(other.reset()) << other.seen();
 }
 
 TEST_F(EngineTest, DenyWinsOverAWildcardAllow) {
@@ -740,7 +765,7 @@ TEST_F(EngineTest, ConnectionCapResetsAndLogsTheExtraOne) {
                 static_cast<ssize_t>(banner.size()));
     }
     const Exchange third = exchange(api, 22, "");
-    EXPECT_TRUE(third.reset());
+    EXPECT_TRUE(third.reset()) << third.seen();
     for (int fd : held) close(fd);
     return 0;
   });
@@ -789,19 +814,17 @@ TEST_F(EngineTest, DetachClosesEverySocketOfTheSandbox) {
 TEST_F(EngineTest, UnknownFakeAddressAndMalformedHeadsAreRefused) {
   start_engine();
   const Exchange unknown = in_sandbox([&] { return exchange(addr("198.18.9.9"), 22, "hello"); });
-  EXPECT_TRUE(unknown.reset());
+  EXPECT_TRUE(unknown.reset()) << unknown.seen();
   const Address api = fake("api.test");
   const Exchange bad = in_sandbox([&] { return exchange(api, 80, "GET / HTTP/1.1\r\n\r\n"); });
   EXPECT_EQ(bad.data.rfind("HTTP/1.1 400", 0), 0u) << bad.data;
   std::string broken = client_hello("api.test");
   broken[43] = '\xff';  // the session id's length, past the end of the hello
   const Exchange garbage = in_sandbox([&] { return exchange(api, 443, broken); });
-  EXPECT_TRUE(garbage.reset());
-  std::lock_guard lock(mutex_);
-  const auto unknown_log = std::find_if(logs_.begin(), logs_.end(), [](const ConnectionLog& log) {
-    return log.address == "198.18.9.9";
-  });
-  ASSERT_NE(unknown_log, logs_.end());
+  EXPECT_TRUE(garbage.reset()) << garbage.seen();
+  const auto unknown_log =
+      log_where([](const ConnectionLog& log) { return log.address == "198.18.9.9"; });
+  ASSERT_TRUE(unknown_log);
   EXPECT_FALSE(unknown_log->allowed);
   EXPECT_EQ(unknown_log->rule, "name");
   EXPECT_EQ(servers_[0]->accepted(), 0);
@@ -836,7 +859,7 @@ TEST_F(EngineTest, RefusedUpstreamIsAResetAndLogged) {
   const Address other = fake("other.test");
   const Exchange refused =
       in_sandbox([&] { return exchange(other, 443, client_hello("other.test")); });
-  EXPECT_TRUE(refused.reset());
+  EXPECT_TRUE(refused.reset()) << refused.seen();
   auto log = connection_log("other.test", 443);
   ASSERT_TRUE(log);
   EXPECT_TRUE(log->allowed) << "allowed, then the upstream refused";
@@ -881,9 +904,8 @@ TEST_F(EngineTest, Ipv6LiteralsReachTheEngineAndAreDecided) {
   EXPECT_EQ(named.data.rfind("HTTP/1.1 403", 0), 0u) << named.data << " " << named.connect_error;
   EXPECT_EQ(nlohmann::json::parse(body_of(named.data), nullptr, false)["host"], "evil.test");
   const Exchange bare = in_sandbox([&] { return exchange6("2001:db8::10", 22, "x"); });
-  EXPECT_TRUE(bare.reset());
-  std::lock_guard lock(mutex_);
-  EXPECT_TRUE(std::any_of(logs_.begin(), logs_.end(), [](const ConnectionLog& log) {
+  EXPECT_TRUE(bare.reset()) << bare.seen();
+  EXPECT_TRUE(log_where([](const ConnectionLog& log) {
     return log.address == "2001:db8::10" && log.port == 22 && log.rule == "default";
   }));
 }
