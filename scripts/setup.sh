@@ -10,6 +10,8 @@
 # oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
 # systemd-analyze verifies the installed unit; dpkg-dev (dpkg-shlibdeps) and file: cpack -G DEB
 # computes the package's Depends with them (tests/install); clang-format: scripts/check-docs.sh.
+# nftables iproute2 curl dnsutils git python3-pip: the network tests' clients inside sandboxes
+# (tests/daemon/network_clients_test.cc installs with pip, git and apt through the engine).
 # Node.js >= 20 and npm (on this machine kind, not from Debian: Debian 12 has 18) build and test
 # the TypeScript client, whose packages come from the npm registry through
 # clients/js/package-lock.json.
@@ -29,7 +31,7 @@ packages=(
   systemd dpkg-dev file
   clang-format
   libboost1.81-dev libnftables-dev libmnl-dev
-  nftables iproute2 curl dnsutils git
+  nftables iproute2 curl dnsutils git python3-pip
 )
 
 missing=()

@@ -41,12 +41,14 @@ fi
 # host side, libnftables/libmnl (the egress path's shared libraries: copy_with_libs brings
 # every `ldd` library of the build tree's executables too, this keeps their packages whole), and
 # the clients the network tests run inside sandboxes and namespaces: curl, dig (dnsutils), nft
-# (nftables), and Node.js when this host has it (not a Debian 12 package: setup.sh does not install
+# (nftables), git, pip, apt with dpkg-dev (the package tree tests/daemon/network_clients_test.cc
+# builds), and Node.js when this host has it (not a Debian 12 package: setup.sh does not install
 # it, and without it the Node tests skip here as they do natively).
 essential=$(dpkg-query -W -f='${Essential} ${db:Status-Status} ${Package}\n' |
   awk '$1 == "yes" && $2 == "installed" { print $3 }')
 packages="$essential python3 busybox-static mount cmake e2fsprogs erofs-utils libarchive13 mawk
-  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0 curl dnsutils nftables"
+  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0 curl dnsutils nftables
+  git python3-pip apt dpkg-dev"
 if dpkg-query -W -f='${db:Status-Status}' nodejs 2>/dev/null | grep -qx installed; then
   packages+=" nodejs"
 fi

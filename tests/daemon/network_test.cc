@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,9 +25,8 @@
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/upstream_netns.h"
 #include "tests/common/wait.h"
-
-extern char** environ;
 
 namespace hutch::testing {
 namespace {
@@ -39,50 +37,7 @@ constexpr const char* kPage = "hello from upstream";
 
 bool tool_exists(const char* path) { return ::access(path, X_OK) == 0; }
 
-// U: a process in a new network namespace serving HTTP on port 80 of every address it has.
-class Upstream {
- public:
-  explicit Upstream(const std::string& dir) {
-    std::ofstream(dir + "/index.html") << kPage;
-    const std::string script =
-        "ip link set lo up && ip addr add 198.51.100.10/32 dev lo && "
-        "ip addr add 169.254.169.254/32 dev lo && "
-        "exec python3 -m http.server --bind 0.0.0.0 --directory " +
-        dir + " 80";
-    std::vector<std::string> args = {"/usr/bin/unshare", "-n", "/bin/sh", "-c", script};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir + "/upstream.log").c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Upstream() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  // The server listens (its namespace's /proc/net/tcp has 0.0.0.0:80 in LISTEN).
-  bool serving() const {
-    std::ifstream tcp("/proc/" + std::to_string(pid_) + "/net/tcp");
-    std::string line;
-    while (std::getline(tcp, line)) {
-      if (line.find("00000000:0050 00000000:0000 0A") != std::string::npos) return true;
-    }
-    return false;
-  }
-  std::string netns() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-};
-
-std::vector<std::string> engine_args(const Upstream& upstream) {
+std::vector<std::string> engine_args(const UpstreamNetns& upstream) {
   return {"--net-upstream-netns", upstream.netns(),
           "--net-resolve",        "api.test=198.51.100.10",
           "--net-resolve",        "evil.test=198.51.100.10",
@@ -142,10 +97,11 @@ class NetworkTest : public ::testing::Test {
          {"/usr/bin/curl", "/usr/bin/dig", "/usr/sbin/nft", "/usr/bin/python3", "/usr/bin/unshare"})
       HUTCH_REQUIRE(tool_exists(tool), std::string("needs ") + tool);
     ::setenv("HUTCH_TEST_NET", "1", 1);
-    upstream_ = std::make_unique<Upstream>(temp_.path());
+    std::ofstream(temp_.path() + "/index.html") << kPage;
+    upstream_ = std::make_unique<UpstreamNetns>(temp_.path());
     ASSERT_GT(upstream_->pid(), 0);
     ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's http.server"))
-        << std::ifstream(temp_.path() + "/upstream.log").rdbuf();
+        << upstream_->log();
   }
   void TearDown() override {
     if (daemon_ && daemon_->pid() > 0) {
@@ -182,7 +138,7 @@ class NetworkTest : public ::testing::Test {
   }
 
   TempDir temp_;
-  std::unique_ptr<Upstream> upstream_;
+  std::unique_ptr<UpstreamNetns> upstream_;
   std::unique_ptr<Hutchd> daemon_;
 };
 

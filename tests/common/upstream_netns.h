@@ -1,0 +1,32 @@
+// U: the upstream side of the network tests through hutchd. A process in a new network namespace
+// (lo up, 198.51.100.10 and 169.254.169.254 on it) serving a directory over HTTP on port 80 of
+// every address it has with python3's http.server. hutchd's engine dials into it with
+// --net-upstream-netns; no packet of a test ever leaves the machine.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace hutch::testing {
+
+class UpstreamNetns {
+ public:
+  // Serves `dir`; python3's log goes to `dir`/upstream.log.
+  explicit UpstreamNetns(const std::string& dir);
+  ~UpstreamNetns();
+  UpstreamNetns(const UpstreamNetns&) = delete;
+  UpstreamNetns& operator=(const UpstreamNetns&) = delete;
+
+  // The server listens (its namespace's /proc/net/tcp has 0.0.0.0:80 in LISTEN).
+  bool serving() const;
+  std::string netns() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace hutch::testing
