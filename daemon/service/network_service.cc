@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -56,7 +57,10 @@ Result<std::vector<net::Address>> host_addresses() {
 }
 
 NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns)
-    : options_(std::move(options)), metrics_(metrics), upstream_netns_(std::move(upstream_netns)) {}
+    : options_(std::move(options)),
+      metrics_(metrics),
+      upstream_netns_(std::move(upstream_netns)),
+      pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
                                                                Metrics& metrics) {
@@ -84,24 +88,40 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
 NetworkService::~NetworkService() { engine_.reset(); }
 
 Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
-                                    const LiveSandbox& live, const net::Policy& policy) {
+                                    const LiveSandbox& live, const net::Policy& policy,
+                                    std::optional<PreparedEgress> prepared) {
   if (!has_egress(policy.mode)) return {};
-  return attach_listeners(id, dir, live, policy, true);
+  auto netns = HUTCH_TRY(live.open_netns());
+  if (prepared) {
+    // The zygote was asked to start the sandbox in this namespace: make sure it did, or the
+    // listeners would serve a namespace nobody is in while the sandbox's has no path at all.
+    struct stat given{}, found{};
+    if (::fstat(prepared->netns.get(), &given) != 0)
+      return sys_error("fstat", "the namespace made ahead");
+    if (::fstat(netns.get(), &found) != 0) return sys_error("fstat", "the sandbox's namespace");
+    if (given.st_ino != found.st_ino || given.st_dev != found.st_dev)
+      return plain_error("network", "the sandbox is not in the namespace made ahead for it (net:[" +
+                                        std::to_string(given.st_ino) + "], found net:[" +
+                                        std::to_string(found.st_ino) + "])");
+    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true);
+  }
+  HUTCH_TRY(net::install_egress_path(netns.get()));
+  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+  return attach_listeners(id, dir, policy, std::move(listeners), true);
 }
 
 Result<void> NetworkService::reattach(const std::string& id, const std::string& dir,
                                       const LiveSandbox& live, const net::Policy& policy) {
   if (!has_egress(policy.mode)) return {};
-  return attach_listeners(id, dir, live, policy, false);
+  auto netns = HUTCH_TRY(live.open_netns());
+  // The path stays in the namespace across a hutchd restart; the listeners do not.
+  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+  return attach_listeners(id, dir, policy, std::move(listeners), false);
 }
 
 Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
-                                              const LiveSandbox& live, const net::Policy& policy,
-                                              bool fresh) {
-  auto netns = HUTCH_TRY(live.open_netns());
-  // The path stays in the namespace across a hutchd restart; the listeners do not.
-  if (fresh) HUTCH_TRY(net::install_egress_path(netns.get()));
-  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+                                              const net::Policy& policy,
+                                              net::EgressListeners listeners, bool fresh) {
   const std::string path = dir + "/" + kNetworkNames;
   std::map<net::Address, std::string> known;
   if (!fresh) known = read_names(path);

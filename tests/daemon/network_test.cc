@@ -103,6 +103,27 @@ int socket_count(pid_t pid) {
   return count;
 }
 
+// The network namespaces process `pid` holds as open fds ("net:[...]").
+std::set<std::string> netns_fds(pid_t pid) {
+  std::set<std::string> links;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    char target[128] = {};
+    if (::readlink(entry.path().c_str(), target, sizeof target - 1) > 0 &&
+        std::string(target).starts_with("net:["))
+      links.insert(target);
+  }
+  return links;
+}
+
+std::string netns_of(pid_t pid) {
+  char link[128] = {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
+  if (::readlink(path.c_str(), link, sizeof link - 1) <= 0) return "";
+  return link;
+}
+
 // Whether any process still has the network namespace `link` ("net:[...]") as its own or as an
 // open fd.
 bool namespace_in_use(const std::string& link) {
@@ -175,6 +196,13 @@ class NetworkTest : public ::testing::Test {
                                {{"command", command + " 2>&1"}, {"timeout_seconds", 60}});
     EXPECT_EQ(reply.status, 200) << reply.raw;
     return reply.body.value("stdout", "");
+  }
+
+  // The namespaces hutchd made ahead: the ones it holds as fds but U's (--net-upstream-netns).
+  std::set<std::string> made_ahead() const {
+    std::set<std::string> links = netns_fds(daemon_->pid());
+    links.erase(netns_of(upstream_->pid()));
+    return links;
   }
 
   std::string curl(const std::string& id, const std::string& url, const std::string& extra = "") {
@@ -409,6 +437,62 @@ TEST_F(NetworkTest, DefaultNetworkAppliesToCreatesThatNameNoneAndSkipsTheWarmPoo
       daemon_->post("/v1/sandboxes", {{"network", {{"mode", "filtered"}, {"allow", {"a..test"}}}}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.raw.find("allow[0]"), std::string::npos) << bad.raw;
+}
+
+TEST_F(NetworkTest, FilteredCreatesJoinANamespaceMadeAheadAndEachIsUsedOnce) {
+  start({"--destroy-on-exit", "--net-ahead", "2"});
+  auto pool_full = [&] { return made_ahead().size() == 2; };
+  ASSERT_TRUE(wait_until(pool_full, 10s, "two namespaces made ahead")) << daemon_->log();
+  const std::set<std::string> ahead = made_ahead();
+  auto created = daemon_->post("/v1/sandboxes", {{"network", kApiOnly}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string first = created.body["id"];
+  const std::string first_ns = netns_of(created.body["init_pid"].get<int>());
+  EXPECT_TRUE(ahead.contains(first_ns)) << first_ns;
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + first + "/logs").raw.find("\"netns_ahead\":true"),
+            std::string::npos);
+  // The path and listeners came with the namespace: the policy holds from the first connection.
+  EXPECT_EQ(curl(first, "http://api.test/"), kPage);
+  EXPECT_NE(curl(first, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_NE(run(first, "nft flush ruleset").find("Operation not permitted"), std::string::npos);
+
+  // Refilled off the request path, with new namespaces: the one handed out is not hutchd's any
+  // more, so no second sandbox can get it.
+  ASSERT_TRUE(wait_until(pool_full, 10s, "the pool refilled"));
+  EXPECT_FALSE(made_ahead().contains(first_ns));
+  const std::string second = create("open");
+  const std::string second_ns = netns_of(daemon_->get("/v1/sandboxes/" + second).body["init_pid"]);
+  EXPECT_NE(second_ns, first_ns);
+  EXPECT_EQ(curl(second, "http://198.51.100.10/"), kPage);
+  const std::string loopback = create("loopback");
+  EXPECT_FALSE(
+      ahead.contains(netns_of(daemon_->get("/v1/sandboxes/" + loopback).body["init_pid"])));
+
+  ASSERT_EQ(daemon_->del("/v1/sandboxes/" + first + "?wait=true").status, 204);
+  EXPECT_FALSE(namespace_in_use(first_ns)) << first_ns;
+  // Shutdown drains the pool: none of its namespaces outlives hutchd.
+  ASSERT_TRUE(wait_until(pool_full, 10s, "the pool refilled"));
+  const std::set<std::string> left = made_ahead();
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0);
+  for (const std::string& link : left) EXPECT_FALSE(namespace_in_use(link)) << link;
+}
+
+TEST_F(NetworkTest, NetAheadZeroInstallsThePathAtCreate) {
+  start({"--destroy-on-exit", "--net-ahead", "0"});
+  const std::string id = create(kApiOnly);
+  EXPECT_TRUE(made_ahead().empty());
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"netns_ahead\":false"),
+            std::string::npos);
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_NE(curl(id, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+}
+
+TEST_F(NetworkTest, NetAheadOutOfRangeIsRefused) {
+  for (const char* value : {"-1", "65", "many", "1e3"}) {
+    Hutchd refused(temp_.path(), {"--net-ahead", value});
+    EXPECT_FALSE(refused.start()) << value;
+    EXPECT_NE(refused.log().find("--net-ahead"), std::string::npos) << value << refused.log();
+  }
 }
 
 TEST_F(NetworkTest, TestOnlyFlagsNeedHutchTestNet) {

@@ -1,0 +1,77 @@
+#include "daemon/service/egress_pool.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "runtime/ns/net.h"
+
+namespace hutch::daemon::service {
+namespace {
+
+// After a failure (no nftables module, ENOSPC on namespaces), wait before the next try: creates
+// meanwhile install their own path and report what fails there.
+constexpr auto kRetryAfterFailure = std::chrono::seconds(5);
+
+}  // namespace
+
+Result<PreparedEgress> prepare_egress() {
+  PreparedEgress prepared;
+  prepared.netns = HUTCH_TRY(make_loopback_netns());
+  HUTCH_TRY(net::install_egress_path(prepared.netns.get()));
+  prepared.listeners = HUTCH_TRY(net::bind_egress_listeners(prepared.netns.get()));
+  return prepared;
+}
+
+EgressPool::EgressPool(size_t size) : size_(size) {
+  if (size_ > 0) thread_ = std::thread([this] { refill(); });
+}
+
+EgressPool::~EgressPool() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<PreparedEgress> EgressPool::take() {
+  std::optional<PreparedEgress> out;
+  {
+    std::lock_guard lock(mutex_);
+    if (ready_.empty()) return std::nullopt;
+    out.emplace(std::move(ready_.front()));
+    ready_.pop_front();
+  }
+  wake_.notify_all();
+  return out;
+}
+
+size_t EgressPool::ready() const {
+  std::lock_guard lock(mutex_);
+  return ready_.size();
+}
+
+void EgressPool::refill() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (ready_.size() >= size_) {
+      wake_.wait(lock, [this] { return stopping_ || ready_.size() < size_; });
+      continue;
+    }
+    lock.unlock();
+    auto made = prepare_egress();
+    lock.lock();
+    if (made) {
+      ready_.push_back(std::move(*made));
+      continue;
+    }
+    // The pool's thread is an edge: it logs what failed, once per attempt.
+    spdlog::error("network namespaces ahead: {} (retrying in {} s)", made.error().message(),
+                  std::chrono::seconds(kRetryAfterFailure).count());
+    wake_.wait_for(lock, kRetryAfterFailure, [this] { return stopping_; });
+  }
+}
+
+}  // namespace hutch::daemon::service
