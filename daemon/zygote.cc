@@ -173,8 +173,8 @@ Result<Zygote> Zygote::start(const std::string& binary) {
 
 Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string& exec_socket,
                                      const std::string& supervisor_socket,
-                                     const std::string& log_path,
-                                     std::chrono::milliseconds timeout, int netns_fd) const {
+                                     const std::string& log_path, std::chrono::milliseconds timeout,
+                                     int netns_fd) const {
   nlohmann::json request = {{"spec", spec_to_json(spec)},
                             {"exec_socket", exec_socket},
                             {"supervisor_socket", supervisor_socket},
@@ -187,8 +187,8 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
 
   const int fds[2] = {write_end.get(), netns_fd};
-  if (int err = send_with_fds(socket_.get(), message.data(), message.size(), fds,
-                              netns_fd >= 0 ? 2 : 1))
+  if (int err =
+          send_with_fds(socket_.get(), message.data(), message.size(), fds, netns_fd >= 0 ? 2 : 1))
     return sys_error("sendmsg", "zygote", err);
   write_end.reset();  // the zygote and the supervisor hold the only write ends now: EOF = gone
 

@@ -3,9 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -95,7 +95,8 @@ Result<void> NetworkService::attach(const std::string& id, const std::string& di
   if (prepared) {
     // The zygote was asked to start the sandbox in this namespace: make sure it did, or the
     // listeners would serve a namespace nobody is in while the sandbox's has no path at all.
-    struct stat given{}, found{};
+    struct stat given {
+    }, found{};
     if (::fstat(prepared->netns.get(), &given) != 0)
       return sys_error("fstat", "the namespace made ahead");
     if (::fstat(netns.get(), &found) != 0) return sys_error("fstat", "the sandbox's namespace");

@@ -130,8 +130,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
 
 // ---- spawn and the warm pool ----
 
-Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config,
-                                                const std::string& dir, int netns_fd) const {
+Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config, const std::string& dir,
+                                                int netns_fd) const {
   SandboxSpec spec = build_spec(config, state_dir_);
   spec.cgroup_parent = cgroup_parent_;
   auto ref = HUTCH_TRY(zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
@@ -157,10 +157,9 @@ void SandboxRegistry::warm_up(const LiveSandbox& live) const {
   }
 }
 
-Result<void> SandboxRegistry::attach_network(const std::string& id, const std::string& dir,
-                                             const LiveSandbox& live,
-                                             const net::Policy& policy,
-                                             std::optional<service::PreparedEgress> prepared) const {
+Result<void> SandboxRegistry::attach_network(
+    const std::string& id, const std::string& dir, const LiveSandbox& live,
+    const net::Policy& policy, std::optional<service::PreparedEgress> prepared) const {
   if (!service::uses_engine(policy)) return {};
   if (network_ == nullptr)
     return kind_error(ErrorKind::kUnsupported, "network",
@@ -283,8 +282,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
                       {"netns_ahead", made_ahead}});
   spdlog::info("sandbox={} request={} created in {:.1f} ms{}{} (init pid {})", spawned->id,
                request_id, seconds * 1000, from_pool ? " from the warm pool" : "",
-               made_ahead ? " in a namespace made ahead" : "",
-               sandbox->live().ref().init_pid);
+               made_ahead ? " in a namespace made ahead" : "", sandbox->live().ref().init_pid);
   std::lock_guard lock(mutex_);
   sandboxes_[spawned->id] = sandbox;
   return sandbox;
