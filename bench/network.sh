@@ -50,13 +50,16 @@ nsenter -t "$upstream" -n sh -c 'ip link set lo up; ip addr add 198.51.100.10/24
 # namespaces made ahead (--net-ahead 0: the path is installed and the listeners bound before the
 # create returns) and with hutchd's default pool (the create joins a namespace made ahead).
 # Rounds alternate the modes; each figure is the median over rounds of the round's p50 / p95.
+# Each delete waits for its teardown (--delete-wait): a filtered sandbox's teardown (the engine's
+# detach, the kernel freeing a namespace with a veth and a table) would otherwise run during the
+# next create on this 2-core machine and be counted as create cost (+0.5 ms measured).
 rounds=3
 for ahead in 0 4; do
   start_daemon --net-ahead "$ahead"
   : >"$tmp/create-$ahead"
   for round in $(seq "$rounds"); do
     for mode in loopback filtered; do
-      "$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --runs 100 \
+      "$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --delete-wait --runs 100 \
         --create-body "{\"network\":\"$mode\"}" |
         awk -v mode="$mode" '$1 == "create" { print mode, $3, $6 }' >>"$tmp/create-$ahead"
     done
