@@ -110,9 +110,15 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     if (network_) reattached = network_->reattach(id, dir, sandbox->live(), sandbox->network());
     // Adopted anyway: its processes and files are the client's; its egress stays closed (the
     // path's rules redirect to listeners that are not there).
-    if (!reattached)
+    if (!reattached) {
+      const std::string error =
+          "egress closed: not re-attached after a hutchd restart: " + reattached.error().message();
       spdlog::error("sandbox={} recovery: network not re-attached: {}", id,
                     reattached.error().message());
+      sandbox->set_network_error(error);
+      sandbox->log().add({{"event", "network_error"}, {"error", error}});
+      metrics_.count_network_reattach_failure();
+    }
   }
   // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
   if (auto fs = sandbox->fs(); !fs) {

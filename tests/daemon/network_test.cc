@@ -389,6 +389,90 @@ TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
   EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
 }
 
+// A process of the test's own, holding UDP 127.0.0.1:53 (the DNS stub's address) in a sandbox's
+// namespace while hutchd is down: the restarted hutchd cannot bind its listeners there. (Not TCP
+// 900: the connections it served before leave TIME_WAIT entries a plain bind trips on.)
+class PortSquatter {
+ public:
+  PortSquatter(pid_t sandbox_init, const std::string& ready_file) {
+    const std::string script =
+        "import socket, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.bind(('127.0.0.1', 53))\n"
+        "open('" +
+        ready_file +
+        "', 'w').close()\n"
+        "time.sleep(600)\n";
+    std::vector<std::string> args = {"/usr/bin/nsenter",
+                                     "--net=/proc/" + std::to_string(sandbox_init) + "/ns/net",
+                                     "/usr/bin/python3", "-c", script};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (ready_file + ".log").c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~PortSquatter() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST_F(NetworkTest, AFailedReattachIsReportedAndEgressStaysClosed) {
+  HUTCH_REQUIRE(tool_exists("/usr/bin/nsenter"), "needs /usr/bin/nsenter");
+  start({});
+  const std::string id = create(kApiOnly);
+  ASSERT_EQ(curl(id, "http://api.test/"), kPage);
+  const int init_pid = daemon_->get("/v1/sandboxes/" + id).body["init_pid"];
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0);
+  const std::string ready = temp_.path() + "/squatting";
+  PortSquatter squatter(init_pid, ready);
+  ASSERT_GT(squatter.pid(), 0);
+  ASSERT_TRUE(wait_until([&] { return ::access(ready.c_str(), F_OK) == 0; }, 10s,
+                         "the squatter to bind 127.0.0.1:53"))
+      << std::ifstream(ready + ".log").rdbuf();
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), engine_args(*upstream_));
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+
+  // Adopted (its processes and files are the client's), but not looking healthy.
+  auto sandbox = daemon_->get("/v1/sandboxes/" + id);
+  ASSERT_EQ(sandbox.status, 200) << sandbox.raw;
+  EXPECT_EQ(sandbox.body["network_error"]["code"], "network_not_attached") << sandbox.raw;
+  auto status = daemon_->get("/v1/sandboxes/" + id + "/network");
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_EQ(status.body["error"]["code"], "network_not_attached") << status.raw;
+  const std::string message = status.body["error"]["message"];
+  EXPECT_NE(message.find("egress closed"), std::string::npos) << message;
+  EXPECT_NE(message.find("127.0.0.1"), std::string::npos) << message;  // the bind that failed
+  EXPECT_NE(daemon_->log().find("sandbox=" + id + " recovery: network not re-attached"),
+            std::string::npos);
+  EXPECT_NE(daemon_->get("/metrics").raw.find("hutch_net_reattach_failures_total 1\n"),
+            std::string::npos);
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"network_error\""),
+            std::string::npos);
+  // Fail-safe: the rules still redirect every connection to the engine's port, where nothing
+  // listens, and every DNS query to the stub's (here the squatter, which never answers).
+  std::string refused = run(id, "curl -sS --max-time 5 http://api.test/; echo \" rc=$?\"");
+  EXPECT_EQ(refused.find(kPage), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("rc=0"), std::string::npos) << refused;
+  refused = run(id, "curl -sS --max-time 10 http://198.51.100.10/; echo \" rc=$?\"");
+  EXPECT_EQ(refused.find(kPage), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("rc=0"), std::string::npos) << refused;
+  // A healthy sandbox next to it shows no error.
+  const std::string healthy = create(kApiOnly);
+  EXPECT_FALSE(daemon_->get("/v1/sandboxes/" + healthy).body.contains("network_error"));
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + healthy + "/network").body["error"], nullptr);
+}
+
 TEST_F(NetworkTest, RollbackAndForkKeepThePolicyWithTheirOwnNames) {
   start();
   const std::string id = create(kApiOnly);
