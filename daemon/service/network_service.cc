@@ -123,13 +123,16 @@ Result<void> NetworkService::reattach(const std::string& id, const std::string& 
 Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
                                               const net::Policy& policy,
                                               net::EgressListeners listeners, bool fresh) {
-  const std::string path = dir + "/" + kNetworkNames;
   std::map<net::Address, std::string> known;
-  if (!fresh) known = read_names(path);
-  // A fresh sandbox (a rollback's too) starts with no names: never another one's.
-  UniqueFd names(::open(path.c_str(),
-                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
-  if (!names) return sys_error("open", path);
+  UniqueFd names;
+  if (!dir.empty()) {
+    const std::string path = dir + "/" + kNetworkNames;
+    if (!fresh) known = read_names(path);
+    // A fresh sandbox (a rollback's too) starts with no names: never another one's.
+    names.reset(::open(path.c_str(),
+                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
+    if (!names) return sys_error("open", path);
+  }
   {
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
@@ -146,6 +149,13 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
                net::mode_name(policy.mode), policy.allow.size(), policy.deny.size(),
                fresh ? "" : ", re-adopted");
   return {};
+}
+
+Result<UniqueFd> NetworkService::attach_bake(const std::string& id, const net::Policy& policy) {
+  std::optional<PreparedEgress> prepared = pool_.take();
+  if (!prepared) prepared.emplace(HUTCH_TRY(prepare_egress()));
+  HUTCH_TRY(attach_listeners(id, "", policy, std::move(prepared->listeners), true));
+  return std::move(prepared->netns);
 }
 
 void NetworkService::detach(const std::string& id) {
@@ -235,7 +245,7 @@ void NetworkService::remember_name(const std::string& id, const net::Address& ad
   const std::string line = address.to_string() + " " + name + "\n";
   std::lock_guard lock(mutex_);
   auto it = attached_.find(id);
-  if (it == attached_.end()) return;
+  if (it == attached_.end() || !it->second.names) return;
   // One write to an O_APPEND file: a crash leaves at most a torn last line, which is skipped.
   if (::write(it->second.names.get(), line.data(), line.size()) < 0)
     spdlog::warn("sandbox={} write({}): {}", id, kNetworkNames, std::strerror(errno));

@@ -96,6 +96,11 @@ class NetworkService {
   // attaches with `policy` and the names kNetworkNames in `dir` holds.
   Result<void> reattach(const std::string& id, const std::string& dir, const LiveSandbox& live,
                         const net::Policy& policy);
+  // A recipe bake's setup.sh (RecipeService::bake): a namespace made ahead (or now, when none is
+  // ready) whose listeners are attached as `id` with `policy`, no names file (a bake is not
+  // re-adopted: a restart kills it). Returns the namespace for the bake; detach(id) after it.
+  Result<UniqueFd> attach_bake(const std::string& id, const net::Policy& policy);
+
   // Every teardown path: the engine closes the sandbox's listeners and connections (so nothing
   // holds its namespace), and followers of its log are told it ended. Unknown: no-op.
   void detach(const std::string& id);
@@ -112,7 +117,7 @@ class NetworkService {
 
  private:
   struct Attached {
-    UniqueFd names;  // kNetworkNames, O_APPEND
+    UniqueFd names;  // kNetworkNames, O_APPEND (none for a bake)
     std::deque<LoggedDecision> ring;
     uint64_t next_seq = 1;
   };
@@ -120,7 +125,7 @@ class NetworkService {
   NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns);
   Result<void> attach_listeners(const std::string& id, const std::string& dir,
                                 const net::Policy& policy, net::EgressListeners listeners,
-                                bool fresh);
+                                bool fresh);  // dir "": no kNetworkNames
   // The engine's sinks, on its threads.
   void record(const net::ConnectionLog& log);
   void remember_name(const std::string& id, const net::Address& address, const std::string& name);

@@ -579,6 +579,78 @@ TEST_F(NetworkTest, NetAheadOutOfRangeIsRefused) {
   }
 }
 
+// A recipe dir under the test's temp dir: setup.sh fetches U's page into the layer, and
+// recipe.json gives the bake `network`.
+std::string fetching_recipe(const std::string& temp, const std::string& name, const json& network) {
+  const std::string dir = temp + "/" + name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/setup.sh") << "curl -sS --max-time 10 -o /fetched.html http://api.test/\n";
+  std::ofstream(dir + "/recipe.json") << json({{"network", network}}).dump();
+  return dir;
+}
+
+TEST_F(NetworkTest, ARecipeBakesWithItsOwnPolicyWhichItsSandboxesDoNotInherit) {
+  start();
+  const std::string dir = fetching_recipe(temp_.path(), "fetcher", kApiOnly);
+  ASSERT_TRUE(wait_until([&] { return made_ahead().size() == 4; }, 10s, "the pool to fill"));
+  const int sockets = socket_count(daemon_->pid());
+  auto baked = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "fetcher"}});
+  ASSERT_EQ(baked.status, 201) << baked.raw;
+  // The bake's namespace came from the pool and went with the bake: its listeners are closed
+  // and the pool is refilled with new ones.
+  EXPECT_TRUE(wait_until(
+      [&] { return made_ahead().size() == 4 && socket_count(daemon_->pid()) <= sockets; }, 10s,
+      "hutchd's sockets back to " + std::to_string(sockets)));
+  // setup.sh's decisions are the engine's, logged like a sandbox's.
+  EXPECT_NE(daemon_->log().find("net=http allowed=true name=api.test"), std::string::npos);
+
+  // The create's network, not the bake's: loopback by default, a policy of its own if given.
+  auto created = daemon_->post("/v1/sandboxes", {{"recipe", "fetcher"}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  EXPECT_EQ(created.body["network"]["mode"], "loopback");
+  EXPECT_EQ(run(id, "cat /fetched.html"), kPage);
+  EXPECT_NE(curl(id, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  auto filtered = daemon_->post(
+      "/v1/sandboxes",
+      {{"recipe", "fetcher"}, {"network", {{"mode", "filtered"}, {"allow", {"evil.test"}}}}});
+  ASSERT_EQ(filtered.status, 201) << filtered.raw;
+  const std::string other = filtered.body["id"];
+  EXPECT_EQ(filtered.body["network"]["allow"], json({"evil.test"}));
+  EXPECT_NE(curl(other, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_EQ(curl(other, "http://evil.test/"), kPage);
+}
+
+TEST_F(NetworkTest, ABakeItsPolicyDeniesFailsWithAClearError) {
+  start();
+  for (const json& network :
+       {json({{"mode", "filtered"}, {"allow", {"evil.test"}}}), json("loopback"), json("none")}) {
+    const std::string dir = fetching_recipe(temp_.path(), "denied", network);
+    auto reply = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "denied"}});
+    ASSERT_EQ(reply.status, 422) << network.dump() << ": " << reply.raw;
+    EXPECT_EQ(reply.body["error"]["code"], "bake_failed");
+    EXPECT_NE(reply.body["error"]["message"].get<std::string>().find("setup.sh"), std::string::npos)
+        << reply.raw;
+    EXPECT_NE(reply.body["error"]["log"].get<std::string>().find("Could not resolve host"),
+              std::string::npos)
+        << network.dump() << ": " << reply.raw;
+    EXPECT_EQ(daemon_->post("/v1/sandboxes", {{"recipe", "denied"}}).status, 404);
+  }
+  // Hostile policies are refused before anything runs (a 400 from hutchd's policy codec, or the
+  // helper's 422 for a recipe.json it cannot read), saying what is wrong.
+  for (const json& network :
+       {json("sideways"), json(7), json({{"mode", "filtered"}, {"allow", {"10.0.0.0/33"}}}),
+        json({{"mode", "filtered"}, {"alow", json::array()}}),
+        json({{"mode", "filtered"}, {"allow", {"a..test"}}})}) {
+    const std::string dir = fetching_recipe(temp_.path(), "hostile", network);
+    auto reply = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "hostile"}});
+    EXPECT_TRUE(reply.status == 400 || reply.status == 422) << network.dump() << ": " << reply.raw;
+    EXPECT_NE(reply.raw.find("recipe.json"), std::string::npos) << reply.raw;
+    EXPECT_EQ(reply.raw.find("Could not resolve host"), std::string::npos) << reply.raw;
+    EXPECT_EQ(daemon_->post("/v1/sandboxes", {{"recipe", "hostile"}}).status, 404);
+  }
+}
+
 TEST_F(NetworkTest, TestOnlyFlagsNeedHutchTestNet) {
   ::unsetenv("HUTCH_TEST_NET");
   Hutchd refused(temp_.path(), engine_args(*upstream_));
