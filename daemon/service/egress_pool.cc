@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/ns/net.h"
@@ -9,9 +10,11 @@
 namespace hutch::daemon::service {
 namespace {
 
-// After a failure (no nftables module, ENOSPC on namespaces), wait before the next try: creates
-// meanwhile install their own path and report what fails there.
-constexpr auto kRetryAfterFailure = std::chrono::seconds(5);
+// After a failure (no nftables module, ENOSPC on namespaces), wait before the next try, twice as
+// long after each failure in a row (a host without nftables logs a few lines, not one every few
+// seconds): creates meanwhile install their own path and report what fails there.
+constexpr auto kFirstRetry = std::chrono::seconds(5);
+constexpr auto kLongestRetry = std::chrono::seconds(300);
 
 }  // namespace
 
@@ -54,10 +57,12 @@ size_t EgressPool::ready() const {
 }
 
 void EgressPool::refill() {
-  // At normal priority: making a namespace takes kernel locks every create needs (rtnl, the
-  // pernet ops semaphore, nft's commit mutex), and a starved SCHED_IDLE holder of one stalled
-  // every create behind it (measured: +7 ms p50 on a loaded machine).
+  // At normal priority: making a namespace takes kernel locks creates need too (rtnl, the
+  // pernet ops semaphore, nft's commit mutex); at SCHED_IDLE on a loaded machine filtered creates
+  // got slower with the pool than without it (+7 ms p50 against +2.4 ms), most likely a starved
+  // holder of one of those.
   std::unique_lock lock(mutex_);
+  std::chrono::seconds retry = kFirstRetry;
   while (!stopping_) {
     if (ready_.size() >= size_) {
       wake_.wait(lock, [this] { return stopping_ || ready_.size() < size_; });
@@ -68,12 +73,14 @@ void EgressPool::refill() {
     lock.lock();
     if (made) {
       ready_.push_back(std::move(*made));
+      retry = kFirstRetry;
       continue;
     }
     // The pool's thread is an edge: it logs what failed, once per attempt.
     spdlog::error("network namespaces ahead: {} (retrying in {} s)", made.error().message(),
-                  std::chrono::seconds(kRetryAfterFailure).count());
-    wake_.wait_for(lock, kRetryAfterFailure, [this] { return stopping_; });
+                  retry.count());
+    wake_.wait_for(lock, retry, [this] { return stopping_; });
+    retry = std::min(retry * 2, kLongestRetry);
   }
 }
 
