@@ -1,7 +1,8 @@
 // daemon: latency and throughput of hutchd, with per-command peers measured in the same run.
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
-//          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--snapshot-mib N,N,...]
+//          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--delete-wait]
+//          [--snapshot-mib N,N,...]
 //
 // Prints p50/p95 (ms) of:
 //   create->exec->delete  POST /v1/sandboxes, POST …/exec {argv:[true]}, DELETE, back to back;
@@ -12,10 +13,11 @@
 // --warm-pool: hutchd runs with a warm pool; before each lifecycle run (untimed) the bench waits
 // until the pool is full again, so each create is served from it. --lifecycle-only: skip the
 // exec and throughput parts. --create-body: the body of every create (default {}), e.g.
-// {"recipe":"NAME"}. --snapshot-mib: instead of all that, snapshot capture against upper-dir
-// size: for each N a sandbox writes N MiB (1 MiB random files), then is snapshotted `--runs`
-// times; prints p50 of the time frozen, of the whole capture, and of the client's round trip.
-// bench/daemon.sh starts hutchd and the peers and runs this.
+// {"recipe":"NAME"}. --delete-wait: each DELETE waits for the teardown (?wait=true), so the
+// next create does not share the machine with it. --snapshot-mib: instead of all that, snapshot
+// capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files), then is
+// snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of the
+// client's round trip. bench/daemon.sh starts hutchd and the peers and runs this.
 
 #include <httplib.h>
 #include <spawn.h>
@@ -84,8 +86,10 @@ void exec_true(httplib::Client& c, const std::string& id) {
   if (nlohmann::json::parse(r->body).at("exit_code") != 0) die("exec of true did not exit 0");
 }
 
+bool delete_wait = false;
+
 void delete_sandbox(httplib::Client& c, const std::string& id) {
-  auto r = c.Delete("/v1/sandboxes/" + id);
+  auto r = c.Delete("/v1/sandboxes/" + id + (delete_wait ? "?wait=true" : ""));
   if (!r || r->status != 204)
     die("delete failed: " + (r ? r->body : httplib::to_string(r.error())));
 }
@@ -202,6 +206,8 @@ int main(int argc, char** argv) {
       lifecycle_only = true;
     } else if (arg == "--create-body") {
       create_body = value();
+    } else if (arg == "--delete-wait") {
+      delete_wait = true;
     } else if (arg == "--snapshot-mib") {
       std::stringstream list(value());
       for (std::string n; std::getline(list, n, ',');) snapshot_mib.push_back(std::stoi(n));

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Filtered egress against a direct connection, in the same run: per-connection latency, HTTP
 # request latency, bulk throughput, DNS stub latency, the per-sandbox cost of the path made ahead
-# and the engine's memory per idle sandbox (bench/network.cc); then hutchd's create->exec->delete
-# with "network":"filtered" against "loopback", alternated (bench/daemon.cc).
+# and the engine's memory per idle sandbox (bench/network.cc); then hutchd's create with
+# "network":"filtered" against "loopback", alternated (bench/daemon.cc), with and without
+# namespaces made ahead.
 # Usage: bench/network.sh [--runs N] [--bulk-mib N] [--sandboxes N]   (as root)
 #
 # Nothing leaves this machine: the upstream is a network namespace U made here (198.51.100.10 on
@@ -45,14 +46,41 @@ nsenter -t "$upstream" -n sh -c 'ip link set lo up; ip addr add 198.51.100.10/24
 "$build_dir/bench/network_bench" --upstream-netns "/proc/$upstream/ns/net" \
   --direct-netns "/proc/$direct/ns/net" "$@"
 
-# hutchd: create cost of a filtered sandbox over a loopback one (the path is installed and the
-# listeners bound before the create returns).
-start_daemon
-for round in 1 2 3; do
-  for mode in loopback filtered; do
-    echo "hutchd create->exec->delete, network $mode (round $round):"
-    "$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --runs 100 \
-      --create-body "{\"network\":\"$mode\"}" | grep -E "create"
+# hutchd: create cost of a filtered sandbox over a loopback one, A/B in this run: with no
+# namespaces made ahead (--net-ahead 0: the path is installed and the listeners bound before the
+# create returns) and with hutchd's default pool (the create joins a namespace made ahead).
+# Rounds alternate the modes; each figure is the median over rounds of the round's p50 / p95.
+# Each delete waits for its teardown (--delete-wait): a filtered sandbox's teardown (the engine's
+# detach, the kernel freeing a namespace with a veth and a table) would otherwise run during the
+# next create on this 2-core machine and be counted as create cost (+0.5 ms measured).
+rounds=3
+for ahead in 0 4; do
+  start_daemon --net-ahead "$ahead"
+  : >"$tmp/create-$ahead"
+  for round in $(seq "$rounds"); do
+    for mode in loopback filtered; do
+      "$build_dir/bench/daemon_bench" --socket "$tmp/hutchd.sock" --lifecycle-only --delete-wait --runs 100 \
+        --create-body "{\"network\":\"$mode\"}" |
+        awk -v mode="$mode" '$1 == "create" { print mode, $3, $6 }' >>"$tmp/create-$ahead"
+    done
   done
+  stop_daemon
+  echo "hutchd create, --net-ahead $ahead ($rounds rounds of 100, median of rounds):"
+  awk -v ahead="$ahead" '
+    function median(list, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (list[j] < list[i]) {
+        t = list[i]; list[i] = list[j]; list[j] = t }
+      return n % 2 ? list[(n + 1) / 2] : (list[n / 2] + list[n / 2 + 1]) / 2
+    }
+    { n[$1]++; p50[$1, n[$1]] = $2; p95[$1, n[$1]] = $3 }
+    END {
+      for (m in n) {
+        for (i = 1; i <= n[m]; i++) { a[i] = p50[m, i]; b[i] = p95[m, i] }
+        mid[m] = median(a, n[m]); tail[m] = median(b, n[m])
+        printf "  %-9s p50 %7.3f ms   p95 %7.3f ms\n", m, mid[m], tail[m]
+      }
+      printf "  filtered - loopback p50 %+.3f ms, ratio %.2f (p95 ratio %.2f)\n",
+        mid["filtered"] - mid["loopback"], mid["filtered"] / mid["loopback"],
+        tail["filtered"] / tail["loopback"]
+    }' "$tmp/create-$ahead"
 done
-stop_daemon

@@ -20,6 +20,11 @@ Result<void> apply_recipe_json(RecipeOptions& recipe) {
   if (access(path.c_str(), F_OK) != 0) return {};
   auto text = HUTCH_TRY(read_file(path));
   auto parsed = HUTCH_TRY(recipes::parse_recipe_json(text));
+  // Its filtered and open modes need hutchd's network engine; none of it is silently dropped.
+  if (parsed.network)
+    return plain_error("recipe.json",
+                       "network is applied by hutchd's bakes (POST /v1/recipes, hutch recipe "
+                       "build --socket/--url); this one-shot build cannot run setup.sh with it");
   if (recipe.base.empty() && parsed.base) recipe.base = *parsed.base;
   parsed.env.insert(parsed.env.end(), recipe.env.begin(), recipe.env.end());
   recipe.env = std::move(parsed.env);

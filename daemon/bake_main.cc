@@ -2,10 +2,12 @@
 // its own). Reads a BakeJob on fd kBakeSocketFd, applies the recipe dir's recipe.json the way
 // `hutch recipe build` does (explicit values win over it), bakes through recipes::bake and
 // answers a BakeResult on the same fd. setup.sh's output is this process's stdout and stderr.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "cli/options.h"
 #include "daemon/service/bake.h"
@@ -46,6 +48,16 @@ Result<recipes::BakeRequest> bake_request(const BakeJob& job) {
   spec.state_dir = job.state_dir;
   spec.env = default_environment(spec.uid);
   spec.seccomp = default_seccomp_program();
+  // hutchd chose setup.sh's network from recipe.json (it parses the policy; this helper only
+  // applies the namespace it was given).
+  if (job.net == "none") spec.net = NetMode::kNone;
+  if (job.net == "host_owned") {
+    if (::fcntl(kBakeNetnsFd, F_GETFD) < 0)
+      return sys_error("fcntl",
+                       "the bake's network namespace (fd " + std::to_string(kBakeNetnsFd) + ")");
+    spec.net = NetMode::kHostOwned;
+    request.netns_fd = kBakeNetnsFd;
+  }
   std::vector<std::string> env;
   const std::string path = request.recipe_dir + "/recipe.json";
   if (::access(path.c_str(), F_OK) == 0) {

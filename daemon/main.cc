@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
   app.add_option("--default-network", default_network,
                  "Network of a create that names none: none|loopback|filtered|open (default "
                  "loopback; filtered with no rules reaches nothing)");
+  size_t net_ahead = hutch::daemon::service::NetworkOptions{}.netns_ahead;
+  app.add_option("--net-ahead", net_ahead,
+                 "Network namespaces with the egress path made ahead for filtered and open "
+                 "creates (0..64, default 4; 0: each create installs its own)")
+      ->check(CLI::Range(0, 64));
   std::string net_upstream_netns;
   app.add_option("--net-upstream-netns", net_upstream_netns,
                  "Tests only (HUTCH_TEST_NET=1): the engine dials upstreams from this network "
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
   }
 
   hutch::daemon::service::NetworkOptions network;
+  network.netns_ahead = net_ahead;
   auto default_mode = hutch::net::parse_mode(default_network);
   if (!default_mode)
     return fail("--default-network wants none, loopback, filtered or open, got \"" +

@@ -71,6 +71,9 @@ std::string Metrics::render(uint64_t running, uint64_t paused) const {
   counter("hutch_net_bytes_total", "Bytes relayed, by direction.",
           "hutch_net_bytes_total{direction=\"up\"} " + value(net_.up) +
               "hutch_net_bytes_total{direction=\"down\"} " + value(net_.down));
+  counter("hutch_net_reattach_failures_total",
+          "Sandboxes adopted after a restart whose egress could not be re-attached (closed).",
+          "hutch_net_reattach_failures_total " + value(net_.reattach_failures));
   create_.render("hutch_create_seconds", "Sandbox creation latency.", out);
   exec_.render("hutch_exec_seconds", "Buffered and streamed exec latency.", out);
   return out;

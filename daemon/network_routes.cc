@@ -36,8 +36,9 @@ json decision_json(const service::LoggedDecision& entry) {
           {"duration_ms", log.duration_ms}};
 }
 
-json status_json(const service::NetworkStatus& status) {
+json status_json(const service::NetworkStatus& status, const Sandbox& sandbox) {
   json out = network_to_json(status.policy);
+  out["error"] = network_error_json(sandbox.network_error());
   if (status.stats) {
     const net::SandboxNetStats& s = *status.stats;
     out["stats"] = {{"connections", s.connections}, {"denied", s.denied},
@@ -63,8 +64,9 @@ void add_network_routes(Routes& routes, DaemonContext& context) {
   const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)/network";
   routes.get(one, [&registry](Call&, const httplib::Request& req, httplib::Response& res) {
     auto sandbox = or_throw(registry.get(sandbox_id(req)));
-    send_json(res, 200,
-              status_json(network_of(registry).status(sandbox->id(), sandbox->network())));
+    send_json(
+        res, 200,
+        status_json(network_of(registry).status(sandbox->id(), sandbox->network()), *sandbox));
   });
   routes.put_reader(
       one, [&registry, &context](Call&, const httplib::Request& req, httplib::Response& res,
@@ -83,8 +85,9 @@ void add_network_routes(Routes& routes, DaemonContext& context) {
                          "JSON bodies are limited to " + std::to_string(cap) + " bytes");
         net::Policy policy = parse_network(json::parse(body));
         or_throw(registry.set_network_policy(*sandbox, policy));
-        send_json(res, 200,
-                  status_json(network_of(registry).status(sandbox->id(), sandbox->network())));
+        send_json(
+            res, 200,
+            status_json(network_of(registry).status(sandbox->id(), sandbox->network()), *sandbox));
       });
   routes.get(one + "/log", [&registry](Call& call, const httplib::Request& req,
                                        httplib::Response& res) {

@@ -75,8 +75,9 @@ std::string prefix_of(const std::string& id, uint16_t port) {
   return "/v1/sandboxes/" + id + "/ports/" + std::to_string(port);
 }
 
-// The paths a port token opens: the proxy's, /v1/sandboxes/{id}/ports/{port}[/...] but not the
-// tokens' routes, and the port's tunnel, /v1/sandboxes/{id}/tunnel/{port}.
+// The paths a port token opens: the proxy's, /v1/sandboxes/{id}/ports/{port}[/...] (every path of
+// the sandbox's server: the tokens' routes are under /port-tokens/), and the port's tunnel,
+// /v1/sandboxes/{id}/tunnel/{port}.
 struct PortPath {
   std::string sandbox;
   uint16_t port = 0;
@@ -102,10 +103,6 @@ std::optional<PortPath> parse_port_path(std::string_view path) {
   slash = path.find('/');
   auto port = parse_port(path.substr(0, slash));
   if (!port) return std::nullopt;
-  std::string_view tail = slash == std::string_view::npos ? "" : path.substr(slash);
-  if (tail == "/tokens" ||
-      (tail.starts_with("/tokens/") && tail.size() > 8 && tail.find('/', 8) == tail.npos))
-    return std::nullopt;
   return PortPath{std::string(id), *port};
 }
 
@@ -640,9 +637,11 @@ void add_port_routes(Routes& routes, DaemonContext& context) {
   // The port's group takes what a port is not ("abc", "0", "65536"), for a 400 that says so; no
   // '/' in a group: server.cc's path_matches splits patterns at every '/'.
   const std::string ports = "/v1/sandboxes/([A-Za-z0-9_-]+)/ports/([A-Za-z0-9_.%+-]+)";
+  // Beside the proxy's paths, not under them: a sandbox server's own /tokens stays reachable.
+  const std::string port_tokens = "/v1/sandboxes/([A-Za-z0-9_-]+)/port-tokens/([A-Za-z0-9_.%+-]+)";
 
-  routes.post(ports + "/tokens", [&registry, tokens](Call&, const httplib::Request& req,
-                                                     httplib::Response& res) {
+  routes.post(port_tokens, [&registry, tokens](Call&, const httplib::Request& req,
+                                               httplib::Response& res) {
     uint16_t port = port_of(req);
     auto sandbox = or_throw(registry.get(sandbox_id(req)));
     uint64_t ttl = ttl_of(parse_body(req));
@@ -655,7 +654,7 @@ void add_port_routes(Routes& routes, DaemonContext& context) {
         prefix_of(sandbox->id(), port) + "/?" + std::string(kTokenParam) + "=" + issued.token;
     send_json(res, 201, body);
   });
-  routes.get(ports + "/tokens",
+  routes.get(port_tokens,
              [&registry, tokens](Call&, const httplib::Request& req, httplib::Response& res) {
                uint16_t port = port_of(req);
                auto sandbox = or_throw(registry.get(sandbox_id(req)));
@@ -664,7 +663,7 @@ void add_port_routes(Routes& routes, DaemonContext& context) {
                  list.push_back(token_json(info));
                send_json(res, 200, {{"tokens", list}});
              });
-  routes.del(ports + "/tokens/([A-Za-z0-9_-]+)",
+  routes.del(port_tokens + "/([A-Za-z0-9_-]+)",
              [&registry, tokens](Call&, const httplib::Request& req, httplib::Response& res) {
                uint16_t port = port_of(req);
                auto sandbox = or_throw(registry.get(sandbox_id(req)));

@@ -27,7 +27,16 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
     uint64_t running = 0, paused = 0;
     for (const auto& sandbox : context.registry.list())
       (sandbox->state() == SandboxState::kPaused ? paused : running)++;
-    res.set_content(context.metrics.render(running, paused), "text/plain; version=0.0.4");
+    std::string text = context.metrics.render(running, paused);
+    if (const service::NetworkService* network = context.registry.network()) {
+      text +=
+          "# HELP hutch_net_netns_ahead Network namespaces made ahead for filtered and open "
+          "creates (--net-ahead), ready and wanted.\n# TYPE hutch_net_netns_ahead gauge\n"
+          "hutch_net_netns_ahead{state=\"ready\"} " +
+          std::to_string(network->pool().ready()) + "\nhutch_net_netns_ahead{state=\"wanted\"} " +
+          std::to_string(network->pool().size()) + "\n";
+    }
+    res.set_content(text, "text/plain; version=0.0.4");
   });
   routes.post("/v1/sandboxes",
               [&registry, &recipes = context.recipes](Call& call, const httplib::Request& req,

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <vector>
 
 #include "daemon/zygote_wire.h"
@@ -32,6 +33,7 @@ struct SpawnRequest {
   std::string exec_socket;
   std::string supervisor_socket;
   std::string log_path;
+  UniqueFd netns;  // hutchd's namespace for this sandbox, if it sent one
 };
 
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
@@ -99,13 +101,14 @@ struct SpawnRequest {
         continue;
       }
     }
-    int ready_fd = -1;
-    int fd_count = 1;
-    long n = recv_with_fds(sock, buffer.data(), buffer.size(), &ready_fd, &fd_count);
+    int fds[2] = {-1, -1};
+    int fd_count = 2;
+    long n = recv_with_fds(sock, buffer.data(), buffer.size(), fds, &fd_count);
     if (n <= 0) _exit(0);  // hutchd is gone
-    if (fd_count != 1) continue;
-    UniqueFd ready(ready_fd);
+    if (fd_count < 1) continue;
+    UniqueFd ready(fds[0]);
     SpawnRequest request;
+    if (fd_count == 2) request.netns.reset(fds[1]);
     try {
       const nlohmann::json json =
           nlohmann::json::parse(std::string_view(buffer.data(), static_cast<size_t>(n)));
@@ -113,6 +116,12 @@ struct SpawnRequest {
       request.exec_socket = json.at("exec_socket").get<std::string>();
       request.supervisor_socket = json.at("supervisor_socket").get<std::string>();
       request.log_path = json.at("log").get<std::string>();
+      const bool netns_sent = json.value("netns", false);
+      if (netns_sent != static_cast<bool>(request.netns))
+        throw std::invalid_argument(netns_sent ? "\"netns\": true but no namespace fd attached"
+                                               : "a second fd without \"netns\": true");
+      if (netns_sent && request.spec.net != NetMode::kHostOwned)
+        throw std::invalid_argument("a namespace fd for a spec whose net is not host_owned");
     } catch (const std::exception& e) {
       write_ready(ready.get(),
                   failed_ready(Error{"zygote", std::string("bad request: ") + e.what()}));
@@ -125,7 +134,9 @@ struct SpawnRequest {
       if (auto taken = skeletons->take(request.spec.ids.host_base))
         made.skeleton = std::move(*taken);
     }
-    if (request.spec.net != NetMode::kNone && !ready_netns.empty()) {
+    if (request.netns) {
+      made.netns = std::move(request.netns);
+    } else if (request.spec.net != NetMode::kNone && !ready_netns.empty()) {
       made.netns = std::move(ready_netns.front());
       ready_netns.pop_front();
     }
@@ -162,20 +173,22 @@ Result<Zygote> Zygote::start(const std::string& binary) {
 
 Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string& exec_socket,
                                      const std::string& supervisor_socket,
-                                     const std::string& log_path,
-                                     std::chrono::milliseconds timeout) const {
+                                     const std::string& log_path, std::chrono::milliseconds timeout,
+                                     int netns_fd) const {
   nlohmann::json request = {{"spec", spec_to_json(spec)},
                             {"exec_socket", exec_socket},
                             {"supervisor_socket", supervisor_socket},
                             {"log", log_path}};
+  if (netns_fd >= 0) request["netns"] = true;
   std::string message = request.dump();
   if (message.size() > kMaxMessage) return plain_error("sandbox start", "spec too large");
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return sys_error("pipe2", "ready pipe");
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
 
-  const int fd = write_end.get();
-  if (int err = send_with_fds(socket_.get(), message.data(), message.size(), &fd, 1))
+  const int fds[2] = {write_end.get(), netns_fd};
+  if (int err =
+          send_with_fds(socket_.get(), message.data(), message.size(), fds, netns_fd >= 0 ? 2 : 1))
     return sys_error("sendmsg", "zygote", err);
   write_end.reset();  // the zygote and the supervisor hold the only write ends now: EOF = gone
 

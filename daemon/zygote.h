@@ -6,7 +6,10 @@
 // included) cheap.
 //
 // Protocol (SOCK_SEQPACKET, one request per message): the spec (daemon/zygote_wire.h) and socket
-// paths as JSON, with the write end of a ready pipe attached (SCM_RIGHTS). On that pipe the
+// paths as JSON, with the write end of a ready pipe attached (SCM_RIGHTS), and, when the JSON
+// says "netns": true, a second fd: the network namespace the sandbox is to join (a filtered one
+// hutchd made ahead with its egress path, for NetMode::kHostOwned only), used instead of one of
+// the zygote's own. On that pipe the
 // forked child writes a ServeReady kSupervisor with its pid, then serve_sandbox() writes kServing
 // (init's pid, the supervisor's pid and start time) or kFailed with its error
 // (runtime/supervisor_protocol.h); read_serve_ready reads them. The zygote answers nothing on the
@@ -34,10 +37,11 @@ class Zygote {
   static Result<Zygote> start(const std::string& binary);
 
   // Forks a supervisor for `spec` and waits (at most `timeout`) until its sandbox serves.
-  // `log_path`: the supervisor's stderr. Thread-safe.
+  // `log_path`: the supervisor's stderr. `netns_fd` (>= 0, kHostOwned specs only): the network
+  // namespace the sandbox joins, sent along; the caller keeps its own fd. Thread-safe.
   Result<LiveSandboxRef> spawn(const SandboxSpec& spec, const std::string& exec_socket,
                                const std::string& supervisor_socket, const std::string& log_path,
-                               std::chrono::milliseconds timeout) const;
+                               std::chrono::milliseconds timeout, int netns_fd = -1) const;
 
  private:
   explicit Zygote(UniqueFd socket) : socket_(std::move(socket)) {}

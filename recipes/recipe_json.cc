@@ -15,6 +15,10 @@ Result<RecipeJson> parse_recipe_json(std::string_view text) {
       } else if (key == "env") {
         for (const auto& [k, v] : value.items())
           recipe.env.push_back(k + "=" + v.get<std::string>());
+      } else if (key == "network") {
+        if (!value.is_string() && !value.is_object())
+          return plain_error("recipe.json", "network must be a mode or a policy object");
+        recipe.network = value.dump();
       } else if (key == "timeout") {
         recipe.timeout = value.get<std::string>();
       } else if (key == "limits") {

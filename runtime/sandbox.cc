@@ -61,10 +61,15 @@ Error error_from_child(const ChildError& error) {
 
 }  // namespace
 
-Result<RunResult> run_sandbox(const SandboxSpec& input) {
+Result<RunResult> run_sandbox(const SandboxSpec& input, UniqueFd netns) {
   const int64_t started = now_us();
   Prepared prepared;
   HUTCH_TRY(prepare(input, prepared, true));
+  if (netns) {
+    if (input.net != NetMode::kHostOwned)
+      return plain_error("run sandbox", "a network namespace given for a spec not host_owned");
+    prepared.prebuilt_netns = std::move(netns);
+  }
   ForwardedSignals signals;
   if (signals.fd() < 0) return sys_error("signalfd", "SIGINT SIGTERM SIGHUP SIGQUIT");
   auto launched = HUTCH_TRY(launch_sandbox(prepared, true));

@@ -63,7 +63,8 @@ std::string encode_bake_job(const BakeJob& job) {
               {"recipe_dir", job.recipe_dir},
               {"name", job.name},
               {"base", job.base},
-              {"env", job.env}}
+              {"env", job.env},
+              {"net", job.net}}
       .dump();
 }
 
@@ -75,6 +76,9 @@ Result<BakeJob> decode_bake_job(std::string_view text) {
   job.name = HUTCH_TRY(field<std::string>(doc, "name"));
   job.base = HUTCH_TRY(field<std::string>(doc, "base"));
   job.env = HUTCH_TRY(field<std::vector<std::string>>(doc, "env"));
+  job.net = HUTCH_TRY(field<std::string>(doc, "net"));
+  if (job.net != "loopback" && job.net != "none" && job.net != "host_owned")
+    return plain_error("bake request", "net must be loopback, none or host_owned");
   return job;
 }
 
@@ -97,7 +101,7 @@ Result<BakeResult> decode_bake_result(std::string_view text) {
 }
 
 Result<BakeRun> run_bake_helper(const std::string& helper, const BakeJob& job,
-                                std::chrono::seconds timeout) {
+                                std::chrono::seconds timeout, int netns_fd) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return sys_error("pipe2", "bake log");
   UniqueFd read_end(pipe_fds[0]);
@@ -107,10 +111,17 @@ Result<BakeRun> run_bake_helper(const std::string& helper, const BakeJob& job,
     return sys_error("socketpair", "bake request");
   UniqueFd ours(socket_fds[0]);
   UniqueFd theirs(socket_fds[1]);
-  if (theirs.get() == kBakeSocketFd) {
-    // dup2 onto itself would keep O_CLOEXEC, and the helper would start without its socket.
-    theirs = UniqueFd(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, kBakeSocketFd + 1));
+  if (theirs.get() <= kBakeNetnsFd) {
+    // dup2 onto itself would keep O_CLOEXEC, and the helper would start without its socket; at
+    // kBakeNetnsFd the second dup2 would replace it.
+    theirs = UniqueFd(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, kBakeNetnsFd + 1));
     if (!theirs) return sys_error("fcntl", "F_DUPFD_CLOEXEC of the bake socket");
+  }
+  // Above both targets for the same reasons (the caller's fd may be 3 or 4).
+  UniqueFd netns;
+  if (netns_fd >= 0) {
+    netns.reset(::fcntl(netns_fd, F_DUPFD_CLOEXEC, kBakeNetnsFd + 1));
+    if (!netns) return sys_error("fcntl", "F_DUPFD_CLOEXEC of the bake's network namespace");
   }
 
   std::vector<char*> argv = {const_cast<char*>(helper.c_str()), nullptr};
@@ -121,6 +132,7 @@ Result<BakeRun> run_bake_helper(const std::string& helper, const BakeJob& job,
   posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDERR_FILENO);
   posix_spawn_file_actions_adddup2(&actions, theirs.get(), kBakeSocketFd);
+  if (netns) posix_spawn_file_actions_adddup2(&actions, netns.get(), kBakeNetnsFd);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
@@ -135,6 +147,7 @@ Result<BakeRun> run_bake_helper(const std::string& helper, const BakeJob& job,
   if (rc != 0) return sys_error("posix_spawn", helper, rc);
   write_end.reset();
   theirs.reset();
+  netns.reset();
 
   BakeRun run;
   // The helper reads the job at once, so this does not wait on it; a helper that died early

@@ -21,6 +21,9 @@
 namespace hutch::daemon::service {
 
 inline constexpr int kBakeSocketFd = 3;
+// With BakeJob::net "host_owned": the network namespace setup.sh runs in (hutchd's, with the
+// egress path of the recipe's bake policy), inherited by the helper at this fd.
+inline constexpr int kBakeNetnsFd = 4;
 inline constexpr size_t kMaxBakeLog = 1 << 20;
 
 struct BakeJob {
@@ -29,6 +32,9 @@ struct BakeJob {
   std::string name;              // the tag of the result
   std::string base;              // "" for recipe.json's base, else host
   std::vector<std::string> env;  // "K=V" for setup.sh only, after recipe.json's
+  // setup.sh's network, as the zygote's wire names it: "loopback" (no recipe.json network),
+  // "none", or "host_owned" (filtered/open: the namespace at kBakeNetnsFd).
+  std::string net = "loopback";
 };
 
 struct BakeResult {
@@ -53,8 +59,9 @@ struct BakeRun {
 };
 
 // Runs `helper` (hutchd-bake) on `job` with an empty signal mask, stdin /dev/null, and kills it
-// at `timeout`. An Error only when the helper could not be run at all.
+// at `timeout`; `netns_fd` (>= 0) becomes its kBakeNetnsFd. An Error only when the helper could
+// not be run at all.
 Result<BakeRun> run_bake_helper(const std::string& helper, const BakeJob& job,
-                                std::chrono::seconds timeout);
+                                std::chrono::seconds timeout, int netns_fd = -1);
 
 }  // namespace hutch::daemon::service

@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -56,7 +57,10 @@ Result<std::vector<net::Address>> host_addresses() {
 }
 
 NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns)
-    : options_(std::move(options)), metrics_(metrics), upstream_netns_(std::move(upstream_netns)) {}
+    : options_(std::move(options)),
+      metrics_(metrics),
+      upstream_netns_(std::move(upstream_netns)),
+      pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
                                                                Metrics& metrics) {
@@ -84,31 +88,51 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
 NetworkService::~NetworkService() { engine_.reset(); }
 
 Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
-                                    const LiveSandbox& live, const net::Policy& policy) {
+                                    const LiveSandbox& live, const net::Policy& policy,
+                                    std::optional<PreparedEgress> prepared) {
   if (!has_egress(policy.mode)) return {};
-  return attach_listeners(id, dir, live, policy, true);
+  auto netns = HUTCH_TRY(live.open_netns());
+  if (prepared) {
+    // The zygote was asked to start the sandbox in this namespace: make sure it did, or the
+    // listeners would serve a namespace nobody is in while the sandbox's has no path at all.
+    struct stat given {
+    }, found{};
+    if (::fstat(prepared->netns.get(), &given) != 0)
+      return sys_error("fstat", "the namespace made ahead");
+    if (::fstat(netns.get(), &found) != 0) return sys_error("fstat", "the sandbox's namespace");
+    if (given.st_ino != found.st_ino || given.st_dev != found.st_dev)
+      return plain_error("network", "the sandbox is not in the namespace made ahead for it (net:[" +
+                                        std::to_string(given.st_ino) + "], found net:[" +
+                                        std::to_string(found.st_ino) + "])");
+    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true);
+  }
+  HUTCH_TRY(net::install_egress_path(netns.get()));
+  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+  return attach_listeners(id, dir, policy, std::move(listeners), true);
 }
 
 Result<void> NetworkService::reattach(const std::string& id, const std::string& dir,
                                       const LiveSandbox& live, const net::Policy& policy) {
   if (!has_egress(policy.mode)) return {};
-  return attach_listeners(id, dir, live, policy, false);
+  auto netns = HUTCH_TRY(live.open_netns());
+  // The path stays in the namespace across a hutchd restart; the listeners do not.
+  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
+  return attach_listeners(id, dir, policy, std::move(listeners), false);
 }
 
 Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
-                                              const LiveSandbox& live, const net::Policy& policy,
-                                              bool fresh) {
-  auto netns = HUTCH_TRY(live.open_netns());
-  // The path stays in the namespace across a hutchd restart; the listeners do not.
-  if (fresh) HUTCH_TRY(net::install_egress_path(netns.get()));
-  auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
-  const std::string path = dir + "/" + kNetworkNames;
+                                              const net::Policy& policy,
+                                              net::EgressListeners listeners, bool fresh) {
   std::map<net::Address, std::string> known;
-  if (!fresh) known = read_names(path);
-  // A fresh sandbox (a rollback's too) starts with no names: never another one's.
-  UniqueFd names(::open(path.c_str(),
-                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
-  if (!names) return sys_error("open", path);
+  UniqueFd names;
+  if (!dir.empty()) {
+    const std::string path = dir + "/" + kNetworkNames;
+    if (!fresh) known = read_names(path);
+    // A fresh sandbox (a rollback's too) starts with no names: never another one's.
+    names.reset(::open(path.c_str(),
+                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
+    if (!names) return sys_error("open", path);
+  }
   {
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
@@ -125,6 +149,13 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
                net::mode_name(policy.mode), policy.allow.size(), policy.deny.size(),
                fresh ? "" : ", re-adopted");
   return {};
+}
+
+Result<UniqueFd> NetworkService::attach_bake(const std::string& id, const net::Policy& policy) {
+  std::optional<PreparedEgress> prepared = pool_.take();
+  if (!prepared) prepared.emplace(HUTCH_TRY(prepare_egress()));
+  HUTCH_TRY(attach_listeners(id, "", policy, std::move(prepared->listeners), true));
+  return std::move(prepared->netns);
 }
 
 void NetworkService::detach(const std::string& id) {
@@ -214,7 +245,7 @@ void NetworkService::remember_name(const std::string& id, const net::Address& ad
   const std::string line = address.to_string() + " " + name + "\n";
   std::lock_guard lock(mutex_);
   auto it = attached_.find(id);
-  if (it == attached_.end()) return;
+  if (it == attached_.end() || !it->second.names) return;
   // One write to an O_APPEND file: a crash leaves at most a torn last line, which is skipped.
   if (::write(it->second.names.get(), line.data(), line.size()) < 0)
     spdlog::warn("sandbox={} write({}): {}", id, kNetworkNames, std::strerror(errno));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/metrics.h"
+#include "daemon/service/egress_pool.h"
 #include "daemon/service/error.h"
 #include "net/engine/engine.h"
 #include "net/policy.h"
@@ -49,6 +50,9 @@ struct NetworkOptions {
   std::string upstream_netns;
   std::map<std::string, std::vector<net::Address>> static_names;
   size_t log_ring = 1000;  // decisions kept per sandbox
+  // Namespaces with the egress path made ahead (daemon/service/egress_pool.h, --net-ahead); 0:
+  // every create installs its own.
+  size_t netns_ahead = 4;
 };
 
 // The host's own addresses (getifaddrs), for the floor.
@@ -75,15 +79,28 @@ class NetworkService {
 
   net::Mode default_mode() const { return options_.default_mode; }
 
+  // A namespace made ahead for a create with egress, or nullopt when none is ready. The create
+  // hands its fd to the zygote, then passes it to attach().
+  std::optional<PreparedEgress> take_prepared() { return pool_.take(); }
+  const EgressPool& pool() const { return pool_; }
+
   // At create (and for a rollback's new live sandbox): installs the egress path in the sandbox's
   // namespace, binds the listeners there and attaches them to the engine with `policy`, with no
-  // names (a fresh kNetworkNames in `dir`). No-op for a mode without egress.
+  // names (a fresh kNetworkNames in `dir`). With `prepared` (the namespace the sandbox was
+  // started in), its path and listeners are used instead; a sandbox found in another namespace
+  // fails the attach. No-op for a mode without egress.
   Result<void> attach(const std::string& id, const std::string& dir, const LiveSandbox& live,
-                      const net::Policy& policy);
+                      const net::Policy& policy,
+                      std::optional<PreparedEgress> prepared = std::nullopt);
   // After a hutchd restart: the path is still in the namespace; binds the listeners again and
   // attaches with `policy` and the names kNetworkNames in `dir` holds.
   Result<void> reattach(const std::string& id, const std::string& dir, const LiveSandbox& live,
                         const net::Policy& policy);
+  // A recipe bake's setup.sh (RecipeService::bake): a namespace made ahead (or now, when none is
+  // ready) whose listeners are attached as `id` with `policy`, no names file (a bake is not
+  // re-adopted: a restart kills it). Returns the namespace for the bake; detach(id) after it.
+  Result<UniqueFd> attach_bake(const std::string& id, const net::Policy& policy);
+
   // Every teardown path: the engine closes the sandbox's listeners and connections (so nothing
   // holds its namespace), and followers of its log are told it ended. Unknown: no-op.
   void detach(const std::string& id);
@@ -100,14 +117,15 @@ class NetworkService {
 
  private:
   struct Attached {
-    UniqueFd names;  // kNetworkNames, O_APPEND
+    UniqueFd names;  // kNetworkNames, O_APPEND (none for a bake)
     std::deque<LoggedDecision> ring;
     uint64_t next_seq = 1;
   };
 
   NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns);
   Result<void> attach_listeners(const std::string& id, const std::string& dir,
-                                const LiveSandbox& live, const net::Policy& policy, bool fresh);
+                                const net::Policy& policy, net::EgressListeners listeners,
+                                bool fresh);  // dir "": no kNetworkNames
   // The engine's sinks, on its threads.
   void record(const net::ConnectionLog& log);
   void remember_name(const std::string& id, const net::Address& address, const std::string& name);
@@ -118,7 +136,8 @@ class NetworkService {
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   std::map<std::string, Attached> attached_;
-  std::unique_ptr<net::Engine> engine_;  // last: its threads call back into the members above
+  std::unique_ptr<net::Engine> engine_;  // its threads call back into the members above
+  EgressPool pool_;  // last: destroyed first, so its thread has stopped before the rest goes
 };
 
 }  // namespace hutch::daemon::service

@@ -3,11 +3,14 @@
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
 
+#include "recipes/recipe_json.h"
+#include "runtime/base/text_file.h"
 #include "runtime/defaults.h"
 #include "runtime/process/sync.h"
 #include "runtime/recipes/recipe.h"
@@ -49,6 +52,37 @@ std::string random_hex(size_t bytes) {
   }
   return out;
 }
+
+// recipe.json's `network`, the bake's own policy: nullopt when there is none (or recipe.json is
+// malformed: hutchd-bake reports that with the rest of the recipe's errors).
+ServiceResult<std::optional<net::Policy>> bake_network(const std::string& dir) {
+  const std::string path = dir + "/recipe.json";
+  if (::access(path.c_str(), F_OK) != 0) return std::nullopt;
+  auto text = read_text_file(path);
+  if (!text) return std::nullopt;
+  auto settings = recipes::parse_recipe_json(*text);
+  if (!settings || !settings->network) return std::nullopt;
+  try {
+    return parse_network(nlohmann::json::parse(*settings->network));
+  } catch (const std::exception& e) {
+    return bad_request(std::string("recipe.json: ") + e.what());
+  }
+}
+
+// The engine's hold on a bake's namespace, released when the bake ends, however it ends.
+class BakeEgress {
+ public:
+  BakeEgress(NetworkService* network, std::string id) : network_(network), id_(std::move(id)) {}
+  BakeEgress(const BakeEgress&) = delete;
+  BakeEgress& operator=(const BakeEgress&) = delete;
+  ~BakeEgress() {
+    if (network_) network_->detach(id_);
+  }
+
+ private:
+  NetworkService* network_;
+  std::string id_;
+};
 
 ServiceResult<void> check_user_tag(const std::string& name, const std::string& field) {
   if (internal_tag(name))
@@ -240,10 +274,27 @@ ServiceResult<BakeReport> RecipeService::bake(const BakeParams& params) {
   } else {
     held = pin({}, true);
   }
+  // recipe.json's network is setup.sh's alone: the recipe's sandboxes get their create's.
+  const std::optional<net::Policy> network = HUTCH_TRY(bake_network(params.dir));
+  UniqueFd netns;
+  std::optional<BakeEgress> egress;
+  if (network && network->mode == net::Mode::kNone) job.net = "none";
+  if (network && uses_engine(*network)) {
+    NetworkService* service = registry_.network();
+    if (service == nullptr)
+      return service_error(ErrorKind::kUnsupported, "unsupported",
+                           "recipe.json: network " + std::string(net::mode_name(network->mode)) +
+                               " needs hutchd's network service");
+    const std::string id = "bake-" + random_hex(6) + "-" + params.name;
+    netns = HUTCH_TRY(runtime(service->attach_bake(id, *network)));
+    egress.emplace(service, id);
+    job.net = "host_owned";
+  }
   // In hutchd-bake, not in this process: a bake forks its sandbox, unsafe from hutchd's many
   // threads, and the deadline kills the whole bake, sandbox included (service/bake.h).
-  BakeRun run = HUTCH_TRY(
-      runtime(run_bake_helper(bake_helper_, job, std::chrono::seconds(params.timeout_seconds))));
+  BakeRun run = HUTCH_TRY(runtime(run_bake_helper(
+      bake_helper_, job, std::chrono::seconds(params.timeout_seconds), netns ? netns.get() : -1)));
+  netns.reset();
   BakeReport report;
   report.name = params.name;
   report.log = std::move(run.log);

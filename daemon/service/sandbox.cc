@@ -107,9 +107,26 @@ void Sandbox::set_network(net::Policy policy) {
   network_ = std::move(policy);
 }
 
+std::string Sandbox::network_error() const {
+  std::lock_guard lock(mutex_);
+  return network_error_;
+}
+
+void Sandbox::set_network_error(std::string error) {
+  std::lock_guard lock(mutex_);
+  network_error_ = std::move(error);
+}
+
+json network_error_json(const std::string& error) {
+  if (error.empty()) return nullptr;
+  return {{"code", "network_not_attached"}, {"message", error}};
+}
+
 json Sandbox::to_json() const {
   json out = config_to_json(config_);
   out["network"] = network_to_json(network());
+  if (std::string error = network_error(); !error.empty())
+    out["network_error"] = network_error_json(error);
   out["id"] = id_;
   out["state"] = state_name(state());
   out["created_at"] = iso8601(created_at_);

@@ -50,6 +50,11 @@ class Sandbox {
   // API's sandbox object show this one).
   net::Policy network() const;
   void set_network(net::Policy policy);
+  // Why its egress is not served, when a restarted hutchd could not re-attach it to the engine
+  // (the path's rules stay in its namespace and redirect to listeners nobody holds, so every
+  // connection is refused): shown by GET .../network and the sandbox object. Empty: served.
+  std::string network_error() const;
+  void set_network_error(std::string error);
 
   SandboxState state() const { return state_.load(); }
   void set_state(SandboxState state) { state_.store(state); }
@@ -105,12 +110,15 @@ class Sandbox {
   std::atomic<int64_t> last_activity_;
   std::atomic<int> active_execs_{0};
   std::mutex lifecycle_;
-  mutable std::mutex mutex_;  // root_, processes_, network_
+  mutable std::mutex mutex_;  // root_, processes_, network_, network_error_
   UniqueFd root_;
   std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
   net::Policy network_;
+  std::string network_error_;
 };
 
 std::string state_name(SandboxState state);
+// {"code": "network_not_attached", "message": error}, or null for no error.
+nlohmann::json network_error_json(const std::string& error);
 
 }  // namespace hutch::daemon

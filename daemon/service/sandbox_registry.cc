@@ -110,9 +110,15 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     if (network_) reattached = network_->reattach(id, dir, sandbox->live(), sandbox->network());
     // Adopted anyway: its processes and files are the client's; its egress stays closed (the
     // path's rules redirect to listeners that are not there).
-    if (!reattached)
+    if (!reattached) {
+      const std::string error =
+          "egress closed: not re-attached after a hutchd restart: " + reattached.error().message();
       spdlog::error("sandbox={} recovery: network not re-attached: {}", id,
                     reattached.error().message());
+      sandbox->set_network_error(error);
+      sandbox->log().add({{"event", "network_error"}, {"error", error}});
+      metrics_.count_network_reattach_failure();
+    }
   }
   // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
   if (auto fs = sandbox->fs(); !fs) {
@@ -130,12 +136,12 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
 
 // ---- spawn and the warm pool ----
 
-Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config,
-                                                const std::string& dir) const {
+Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config, const std::string& dir,
+                                                int netns_fd) const {
   SandboxSpec spec = build_spec(config, state_dir_);
   spec.cgroup_parent = cgroup_parent_;
   auto ref = HUTCH_TRY(zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
-                                     dir + "/supervisor.log", kStartTimeout));
+                                     dir + "/supervisor.log", kStartTimeout, netns_fd));
   auto live = LiveSandbox::connect(ref);
   if (!live) ::kill(ref.supervisor_pid, SIGKILL);
   return live;
@@ -157,18 +163,19 @@ void SandboxRegistry::warm_up(const LiveSandbox& live) const {
   }
 }
 
-Result<void> SandboxRegistry::attach_network(const std::string& id, const std::string& dir,
-                                             const LiveSandbox& live,
-                                             const net::Policy& policy) const {
+Result<void> SandboxRegistry::attach_network(
+    const std::string& id, const std::string& dir, const LiveSandbox& live,
+    const net::Policy& policy, std::optional<service::PreparedEgress> prepared) const {
   if (!service::uses_engine(policy)) return {};
   if (network_ == nullptr)
     return kind_error(ErrorKind::kUnsupported, "network",
                       std::string("mode ") + std::string(net::mode_name(policy.mode)) +
                           " needs hutchd's network service");
-  return network_->attach(id, dir, live, policy);
+  return network_->attach(id, dir, live, policy, std::move(prepared));
 }
 
-Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool pooled) {
+Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool pooled,
+                                              int netns_fd) {
   std::string id = new_id();
   std::string dir = sandboxes_dir() + "/" + id;
   if (::mkdir(dir.c_str(), 0700) != 0) return sys_error("mkdir", dir);
@@ -176,7 +183,7 @@ Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool 
   // dies before the sandbox is recorded.
   auto recorded = write_atomically(dir, pooled ? kPoolRecord : kRecord, creating_record(id));
   Result<LiveSandbox> started =
-      recorded ? start_live(config, dir) : std::unexpected(recorded.error());
+      recorded ? start_live(config, dir, netns_fd) : std::unexpected(recorded.error());
   if (!started) {
     remove_dir(dir);
     return std::unexpected(started.error());
@@ -244,15 +251,22 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   std::optional<SpawnedSandbox> spawned;
   if (pool_) spawned = pool_->take(config);
   const bool from_pool = spawned.has_value();
+  // A filtered or open sandbox starts in a namespace whose path and listeners were made ahead,
+  // when one is ready; a failed create closes it with `prepared` (never used again).
+  std::optional<service::PreparedEgress> prepared;
+  if (!from_pool && network_ && service::uses_engine(config.network))
+    prepared = network_->take_prepared();
   if (!from_pool) {
-    auto fresh = spawn(config, false);
+    auto fresh = spawn(config, false, prepared ? prepared->netns.get() : -1);
     if (!fresh) return failed(fresh.error());
     spawned.emplace(std::move(*fresh));
   }
   auto sandbox = std::make_shared<Sandbox>(spawned->id, config, std::chrono::system_clock::now(),
                                            std::move(spawned->live), spawned->dir);
   // Before create returns: the sandbox's first connection already meets its policy.
-  if (auto attached = attach_network(spawned->id, spawned->dir, sandbox->live(), config.network);
+  const bool made_ahead = prepared.has_value();
+  if (auto attached = attach_network(spawned->id, spawned->dir, sandbox->live(), config.network,
+                                     std::move(prepared));
       !attached) {
     if (network_) network_->detach(spawned->id);
     (void)sandbox->live().destroy();
@@ -268,11 +282,13 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   metrics_.create_seconds().observe(seconds);
-  sandbox->log().add(
-      {{"event", "created"}, {"duration_ms", seconds * 1000}, {"warm_pool", from_pool}});
-  spdlog::info("sandbox={} request={} created in {:.1f} ms{} (init pid {})", spawned->id,
+  sandbox->log().add({{"event", "created"},
+                      {"duration_ms", seconds * 1000},
+                      {"warm_pool", from_pool},
+                      {"netns_ahead", made_ahead}});
+  spdlog::info("sandbox={} request={} created in {:.1f} ms{}{} (init pid {})", spawned->id,
                request_id, seconds * 1000, from_pool ? " from the warm pool" : "",
-               sandbox->live().ref().init_pid);
+               made_ahead ? " in a namespace made ahead" : "", sandbox->live().ref().init_pid);
   std::lock_guard lock(mutex_);
   sandboxes_[spawned->id] = sandbox;
   return sandbox;

@@ -122,13 +122,16 @@ class SandboxRegistry {
   bool recover_one(const std::string& id, const std::string& dir);
   // A new live sandbox with its dir and its record ("creating" until registered, "pooled" for a
   // warm pool's).
-  Result<SpawnedSandbox> spawn(const SandboxConfig& config, bool pooled);
+  // `netns_fd` (>= 0): the network namespace made ahead it joins (service::PreparedEgress).
+  Result<SpawnedSandbox> spawn(const SandboxConfig& config, bool pooled, int netns_fd = -1);
   // A supervisor started from `config` in `dir`, connected.
-  Result<LiveSandbox> start_live(const SandboxConfig& config, const std::string& dir) const;
+  Result<LiveSandbox> start_live(const SandboxConfig& config, const std::string& dir,
+                                 int netns_fd = -1) const;
   void warm_up(const LiveSandbox& live) const;
   // The network engine for a new live sandbox (create, rollback) with `policy`.
   Result<void> attach_network(const std::string& id, const std::string& dir,
-                              const LiveSandbox& live, const net::Policy& policy) const;
+                              const LiveSandbox& live, const net::Policy& policy,
+                              std::optional<service::PreparedEgress> prepared = std::nullopt) const;
   void discard(SpawnedSandbox& spawned);
   // The one teardown sequence: stop_processes(), then unregister, remove the dir, tell the
   // on-destroyed hook, log. Fails only where stop_processes() does, before anything is removed.

@@ -219,7 +219,12 @@ Result<BakeOutcome> bake(layers::LayerStore& store, const BakeRequest& request) 
                "if command -v bash >/dev/null 2>&1; then exec bash -e setup.sh; fi; "
                "exec sh -e setup.sh"};
   spec.env.insert(spec.env.end(), request.bake_env.begin(), request.bake_env.end());
-  outcome.setup = HUTCH_TRY(run_sandbox(spec));
+  UniqueFd netns;
+  if (request.netns_fd >= 0) {
+    netns.reset(::fcntl(request.netns_fd, F_DUPFD_CLOEXEC, 0));
+    if (!netns) return sys_error("fcntl", "F_DUPFD_CLOEXEC of the bake's network namespace");
+  }
+  outcome.setup = HUTCH_TRY(run_sandbox(spec, std::move(netns)));
   const RunResult& run = outcome.setup;
   if (run.timed_out) return plain_error("setup.sh", "timed out; " + request.name + " unchanged");
   if (run.exit_code != 0 || run.term_signal != 0) {

@@ -29,9 +29,12 @@ struct BakeRequest {
   std::string recipe_dir;  // holds setup.sh and whatever it needs (bound read-only at /tmp/recipe)
   std::string base = "host";          // as resolve_rootfs takes it
   std::vector<std::string> bake_env;  // "K=V" for setup.sh only: never in the layer or cache key
-  // Limits, seccomp, ids, timeout of the bake; argv, env, binds, workdir, layers, lower_dirs and
-  // upper_dir are set by bake().
+  // Limits, seccomp, ids, timeout and net of the bake; argv, env, binds, workdir, layers,
+  // lower_dirs and upper_dir are set by bake().
   SandboxSpec sandbox;
+  // >= 0 (sandbox.net kHostOwned): the network namespace setup.sh runs in (borrowed), one hutchd
+  // made with its egress path for the recipe's bake policy.
+  int netns_fd = -1;
 };
 
 struct BakeOutcome {

@@ -58,6 +58,27 @@ int socket_count(pid_t pid) {
   return count;
 }
 
+// The network namespaces process `pid` holds as open fds ("net:[...]").
+std::set<std::string> netns_fds(pid_t pid) {
+  std::set<std::string> links;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    char target[128] = {};
+    if (::readlink(entry.path().c_str(), target, sizeof target - 1) > 0 &&
+        std::string(target).starts_with("net:["))
+      links.insert(target);
+  }
+  return links;
+}
+
+std::string netns_of(pid_t pid) {
+  char link[128] = {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
+  if (::readlink(path.c_str(), link, sizeof link - 1) <= 0) return "";
+  return link;
+}
+
 // Whether any process still has the network namespace `link` ("net:[...]") as its own or as an
 // open fd.
 bool namespace_in_use(const std::string& link) {
@@ -131,6 +152,21 @@ class NetworkTest : public ::testing::Test {
                                {{"command", command + " 2>&1"}, {"timeout_seconds", 60}});
     EXPECT_EQ(reply.status, 200) << reply.raw;
     return reply.body.value("stdout", "");
+  }
+
+  // The namespaces hutchd holds as fds but U's (--net-upstream-netns) and its own: those made
+  // ahead, and one being made.
+  std::set<std::string> made_ahead() const {
+    std::set<std::string> links = netns_fds(daemon_->pid());
+    links.erase(netns_of(upstream_->pid()));
+    links.erase(netns_of(daemon_->pid()));
+    return links;
+  }
+  // Whether hutchd's pool of namespaces made ahead holds `count`, all ready (/metrics).
+  bool pool_ready(int count) const {
+    return daemon_->get("/metrics")
+               .raw.find("hutch_net_netns_ahead{state=\"ready\"} " + std::to_string(count) +
+                         "\n") != std::string::npos;
   }
 
   std::string curl(const std::string& id, const std::string& url, const std::string& extra = "") {
@@ -284,7 +320,9 @@ TEST_F(NetworkTest, LogFollowStreamsNewDecisionsUntilTheSandboxIsDeleted) {
 }
 
 TEST_F(NetworkTest, DeleteClosesEveryListenerAndFreesTheNamespace) {
-  start();
+  // No namespaces made ahead: their refill would change hutchd's socket count meanwhile
+  // (FilteredCreatesJoinANamespaceMadeAheadAndEachIsUsedOnce covers those).
+  start({"--destroy-on-exit", "--net-ahead", "0"});
   const int before = socket_count(daemon_->pid());
   auto created = daemon_->post("/v1/sandboxes", {{"network", kApiOnly}});
   ASSERT_EQ(created.status, 201);
@@ -315,6 +353,90 @@ TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
   EXPECT_EQ(run(id, "dig +short +time=3 +tries=1 api.test"), fake + "\n");
   EXPECT_EQ(curl(id, "http://api.test/"), kPage);
   EXPECT_NE(curl(id, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+}
+
+// A process of the test's own, holding UDP 127.0.0.1:53 (the DNS stub's address) in a sandbox's
+// namespace while hutchd is down: the restarted hutchd cannot bind its listeners there. (Not TCP
+// 900: the connections it served before leave TIME_WAIT entries a plain bind trips on.)
+class PortSquatter {
+ public:
+  PortSquatter(pid_t sandbox_init, const std::string& ready_file) {
+    const std::string script =
+        "import socket, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.bind(('127.0.0.1', 53))\n"
+        "open('" +
+        ready_file +
+        "', 'w').close()\n"
+        "time.sleep(600)\n";
+    std::vector<std::string> args = {"/usr/bin/nsenter",
+                                     "--net=/proc/" + std::to_string(sandbox_init) + "/ns/net",
+                                     "/usr/bin/python3", "-c", script};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (ready_file + ".log").c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~PortSquatter() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+TEST_F(NetworkTest, AFailedReattachIsReportedAndEgressStaysClosed) {
+  HUTCH_REQUIRE(tool_exists("/usr/bin/nsenter"), "needs /usr/bin/nsenter");
+  start({});
+  const std::string id = create(kApiOnly);
+  ASSERT_EQ(curl(id, "http://api.test/"), kPage);
+  const int init_pid = daemon_->get("/v1/sandboxes/" + id).body["init_pid"];
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0);
+  const std::string ready = temp_.path() + "/squatting";
+  PortSquatter squatter(init_pid, ready);
+  ASSERT_GT(squatter.pid(), 0);
+  ASSERT_TRUE(wait_until([&] { return ::access(ready.c_str(), F_OK) == 0; }, 10s,
+                         "the squatter to bind 127.0.0.1:53"))
+      << std::ifstream(ready + ".log").rdbuf();
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), engine_args(*upstream_));
+  ASSERT_TRUE(daemon_->start()) << daemon_->log();
+
+  // Adopted (its processes and files are the client's), but not looking healthy.
+  auto sandbox = daemon_->get("/v1/sandboxes/" + id);
+  ASSERT_EQ(sandbox.status, 200) << sandbox.raw;
+  EXPECT_EQ(sandbox.body["network_error"]["code"], "network_not_attached") << sandbox.raw;
+  auto status = daemon_->get("/v1/sandboxes/" + id + "/network");
+  ASSERT_EQ(status.status, 200) << status.raw;
+  EXPECT_EQ(status.body["error"]["code"], "network_not_attached") << status.raw;
+  const std::string message = status.body["error"]["message"];
+  EXPECT_NE(message.find("egress closed"), std::string::npos) << message;
+  EXPECT_NE(message.find("127.0.0.1"), std::string::npos) << message;  // the bind that failed
+  EXPECT_NE(daemon_->log().find("sandbox=" + id + " recovery: network not re-attached"),
+            std::string::npos);
+  EXPECT_NE(daemon_->get("/metrics").raw.find("hutch_net_reattach_failures_total 1\n"),
+            std::string::npos);
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"network_error\""),
+            std::string::npos);
+  // Fail-safe: the rules still redirect every connection to the engine's port, where nothing
+  // listens, and every DNS query to the stub's (here the squatter, which never answers).
+  std::string refused = run(id, "curl -sS --max-time 5 http://api.test/; echo \" rc=$?\"");
+  EXPECT_EQ(refused.find(kPage), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("rc=0"), std::string::npos) << refused;
+  refused = run(id, "curl -sS --max-time 10 http://198.51.100.10/; echo \" rc=$?\"");
+  EXPECT_EQ(refused.find(kPage), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("rc=0"), std::string::npos) << refused;
+  // A healthy sandbox next to it shows no error.
+  const std::string healthy = create(kApiOnly);
+  EXPECT_FALSE(daemon_->get("/v1/sandboxes/" + healthy).body.contains("network_error"));
+  EXPECT_EQ(daemon_->get("/v1/sandboxes/" + healthy + "/network").body["error"], nullptr);
 }
 
 TEST_F(NetworkTest, RollbackAndForkKeepThePolicyWithTheirOwnNames) {
@@ -365,6 +487,133 @@ TEST_F(NetworkTest, DefaultNetworkAppliesToCreatesThatNameNoneAndSkipsTheWarmPoo
       daemon_->post("/v1/sandboxes", {{"network", {{"mode", "filtered"}, {"allow", {"a..test"}}}}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_NE(bad.raw.find("allow[0]"), std::string::npos) << bad.raw;
+}
+
+TEST_F(NetworkTest, FilteredCreatesJoinANamespaceMadeAheadAndEachIsUsedOnce) {
+  start({"--destroy-on-exit", "--net-ahead", "2"});
+  auto pool_full = [&] { return pool_ready(2) && made_ahead().size() == 2; };
+  ASSERT_TRUE(wait_until(pool_full, 10s, "two namespaces made ahead")) << daemon_->log();
+  const std::set<std::string> ahead = made_ahead();
+  auto created = daemon_->post("/v1/sandboxes", {{"network", kApiOnly}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string first = created.body["id"];
+  const std::string first_ns = netns_of(created.body["init_pid"].get<int>());
+  EXPECT_TRUE(ahead.contains(first_ns)) << first_ns;
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + first + "/logs").raw.find("\"netns_ahead\":true"),
+            std::string::npos);
+  // The path and listeners came with the namespace: the policy holds from the first connection.
+  EXPECT_EQ(curl(first, "http://api.test/"), kPage);
+  EXPECT_NE(curl(first, "http://evil.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_NE(run(first, "nft flush ruleset").find("Operation not permitted"), std::string::npos);
+
+  // Refilled off the request path, with new namespaces: the one handed out is not hutchd's any
+  // more, so no second sandbox can get it.
+  ASSERT_TRUE(wait_until(pool_full, 10s, "the pool refilled"));
+  EXPECT_FALSE(made_ahead().contains(first_ns));
+  const std::string second = create("open");
+  const std::string second_ns = netns_of(daemon_->get("/v1/sandboxes/" + second).body["init_pid"]);
+  EXPECT_NE(second_ns, first_ns);
+  EXPECT_EQ(curl(second, "http://198.51.100.10/"), kPage);
+  const std::string loopback = create("loopback");
+  EXPECT_FALSE(
+      ahead.contains(netns_of(daemon_->get("/v1/sandboxes/" + loopback).body["init_pid"])));
+
+  ASSERT_EQ(daemon_->del("/v1/sandboxes/" + first + "?wait=true").status, 204);
+  EXPECT_FALSE(namespace_in_use(first_ns)) << first_ns;
+  // Shutdown drains the pool: none of its namespaces outlives hutchd.
+  ASSERT_TRUE(wait_until(pool_full, 10s, "the pool refilled"));
+  const std::set<std::string> left = made_ahead();
+  EXPECT_EQ(daemon_->stop(SIGTERM), 0);
+  for (const std::string& link : left) EXPECT_FALSE(namespace_in_use(link)) << link;
+}
+
+TEST_F(NetworkTest, NetAheadZeroInstallsThePathAtCreate) {
+  start({"--destroy-on-exit", "--net-ahead", "0"});
+  const std::string id = create(kApiOnly);
+  EXPECT_TRUE(made_ahead().empty());
+  EXPECT_NE(daemon_->get("/v1/sandboxes/" + id + "/logs").raw.find("\"netns_ahead\":false"),
+            std::string::npos);
+  EXPECT_EQ(curl(id, "http://api.test/"), kPage);
+  EXPECT_NE(curl(id, "http://198.51.100.10/").find("network_denied"), std::string::npos);
+}
+
+TEST_F(NetworkTest, NetAheadOutOfRangeIsRefused) {
+  for (const char* value : {"-1", "65", "many", "1e3"}) {
+    Hutchd refused(temp_.path(), {"--net-ahead", value});
+    EXPECT_FALSE(refused.start()) << value;
+    EXPECT_NE(refused.log().find("--net-ahead"), std::string::npos) << value << refused.log();
+  }
+}
+
+// A recipe dir under the test's temp dir: setup.sh fetches U's page into the layer, and
+// recipe.json gives the bake `network`.
+std::string fetching_recipe(const std::string& temp, const std::string& name, const json& network) {
+  const std::string dir = temp + "/" + name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/setup.sh") << "curl -sS --max-time 10 -o /fetched.html http://api.test/\n";
+  std::ofstream(dir + "/recipe.json") << json({{"network", network}}).dump();
+  return dir;
+}
+
+TEST_F(NetworkTest, ARecipeBakesWithItsOwnPolicyWhichItsSandboxesDoNotInherit) {
+  // No namespaces made ahead (whose refill would change the socket count): the bake makes its
+  // own, and it goes with the bake.
+  start({"--destroy-on-exit", "--net-ahead", "0"});
+  const std::string dir = fetching_recipe(temp_.path(), "fetcher", kApiOnly);
+  const int sockets = socket_count(daemon_->pid());
+  auto baked = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "fetcher"}});
+  ASSERT_EQ(baked.status, 201) << baked.raw;
+  EXPECT_TRUE(wait_until([&] { return socket_count(daemon_->pid()) <= sockets; }, 10s,
+                         "hutchd's sockets back to " + std::to_string(sockets)));
+  EXPECT_TRUE(made_ahead().empty());
+  // setup.sh's decisions are the engine's, logged like a sandbox's.
+  EXPECT_NE(daemon_->log().find("net=http allowed=true name=api.test"), std::string::npos);
+
+  // The create's network, not the bake's: loopback by default, a policy of its own if given.
+  auto created = daemon_->post("/v1/sandboxes", {{"recipe", "fetcher"}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  EXPECT_EQ(created.body["network"]["mode"], "loopback");
+  EXPECT_EQ(run(id, "cat /fetched.html"), kPage);
+  EXPECT_NE(curl(id, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  auto filtered = daemon_->post(
+      "/v1/sandboxes",
+      {{"recipe", "fetcher"}, {"network", {{"mode", "filtered"}, {"allow", {"evil.test"}}}}});
+  ASSERT_EQ(filtered.status, 201) << filtered.raw;
+  const std::string other = filtered.body["id"];
+  EXPECT_EQ(filtered.body["network"]["allow"], json({"evil.test"}));
+  EXPECT_NE(curl(other, "http://api.test/").find("Could not resolve host"), std::string::npos);
+  EXPECT_EQ(curl(other, "http://evil.test/"), kPage);
+}
+
+TEST_F(NetworkTest, ABakeItsPolicyDeniesFailsWithAClearError) {
+  start();
+  for (const json& network :
+       {json({{"mode", "filtered"}, {"allow", {"evil.test"}}}), json("loopback"), json("none")}) {
+    const std::string dir = fetching_recipe(temp_.path(), "denied", network);
+    auto reply = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "denied"}});
+    ASSERT_EQ(reply.status, 422) << network.dump() << ": " << reply.raw;
+    EXPECT_EQ(reply.body["error"]["code"], "bake_failed");
+    EXPECT_NE(reply.body["error"]["message"].get<std::string>().find("setup.sh"), std::string::npos)
+        << reply.raw;
+    EXPECT_NE(reply.body["error"]["log"].get<std::string>().find("Could not resolve host"),
+              std::string::npos)
+        << network.dump() << ": " << reply.raw;
+    EXPECT_EQ(daemon_->post("/v1/sandboxes", {{"recipe", "denied"}}).status, 404);
+  }
+  // Hostile policies are refused before anything runs (a 400 from hutchd's policy codec, or the
+  // helper's 422 for a recipe.json it cannot read), saying what is wrong.
+  for (const json& network :
+       {json("sideways"), json(7), json({{"mode", "filtered"}, {"allow", {"10.0.0.0/33"}}}),
+        json({{"mode", "filtered"}, {"alow", json::array()}}),
+        json({{"mode", "filtered"}, {"allow", {"a..test"}}})}) {
+    const std::string dir = fetching_recipe(temp_.path(), "hostile", network);
+    auto reply = daemon_->post("/v1/recipes", {{"dir", dir}, {"name", "hostile"}});
+    EXPECT_TRUE(reply.status == 400 || reply.status == 422) << network.dump() << ": " << reply.raw;
+    EXPECT_NE(reply.raw.find("recipe.json"), std::string::npos) << reply.raw;
+    EXPECT_EQ(reply.raw.find("Could not resolve host"), std::string::npos) << reply.raw;
+    EXPECT_EQ(daemon_->post("/v1/sandboxes", {{"recipe", "hostile"}}).status, 404);
+  }
 }
 
 TEST_F(NetworkTest, TestOnlyFlagsNeedHutchTestNet) {

@@ -290,6 +290,13 @@ class PortsTest : public DaemonTest {
     return "/v1/sandboxes/" + (id.empty() ? id_ : id) + "/ports/" + std::to_string(port) + rest;
   }
 
+  // The port's token routes: /v1/sandboxes/{id}/port-tokens/{port}[rest].
+  std::string token_path(const std::string& rest = "", const std::string& id = "",
+                         int port = kPort) const {
+    return "/v1/sandboxes/" + (id.empty() ? id_ : id) + "/port-tokens/" + std::to_string(port) +
+           rest;
+  }
+
   std::unique_ptr<httplib::Client> tcp() const {
     auto client = std::make_unique<httplib::Client>("127.0.0.1", tcp_port_);
     client->set_read_timeout(60, 0);
@@ -297,7 +304,7 @@ class PortsTest : public DaemonTest {
   }
 
   std::string issue_token(int port = kPort, int ttl = 60, const std::string& id = "") {
-    auto reply = daemon_->post(path("/tokens", id, port), {{"ttl_seconds", ttl}});
+    auto reply = daemon_->post(token_path("", id, port), {{"ttl_seconds", ttl}});
     EXPECT_EQ(reply.status, 201) << reply.raw;
     return reply.status == 201 ? reply.body["token"].get<std::string>() : "";
   }
@@ -468,7 +475,7 @@ TEST_F(PortsTest, BadPortsAre400AndUnknownSandboxesAre404) {
   auto unknown = daemon_->get("/v1/sandboxes/sb-000000000000/ports/8080/");
   EXPECT_EQ(unknown.status, 404) << unknown.raw;
   EXPECT_EQ(error_code(unknown), "sandbox_not_found");
-  auto tokens_of_unknown = daemon_->post("/v1/sandboxes/sb-000000000000/ports/8080/tokens", {});
+  auto tokens_of_unknown = daemon_->post("/v1/sandboxes/sb-000000000000/port-tokens/8080", {});
   EXPECT_EQ(tokens_of_unknown.status, 404) << tokens_of_unknown.raw;
 }
 
@@ -483,7 +490,7 @@ TEST_F(PortsTest, NetworkNoneIsAClearError) {
 
 TEST_F(PortsTest, PortTokenOpensItsSandboxAndPortOnly) {
   EXPECT_EQ(get_with_port_token(path("/x"), ""), 401);
-  auto issued = daemon_->post(path("/tokens"), {{"ttl_seconds", 60}});
+  auto issued = daemon_->post(token_path(), {{"ttl_seconds", 60}});
   ASSERT_EQ(issued.status, 201) << issued.raw;
   std::string token = issued.body["token"];
   EXPECT_TRUE(token.starts_with("hpt_")) << token;
@@ -494,13 +501,14 @@ TEST_F(PortsTest, PortTokenOpensItsSandboxAndPortOnly) {
   std::string other = create({{"network", "loopback"}});
   ASSERT_FALSE(other.empty());
   EXPECT_EQ(get_with_port_token(path("/x", other), token), 401);
-  // Not hutchd's other routes, not even this port's token routes.
+  // Not hutchd's other routes, not even this port's token routes (nor another port's).
   EXPECT_EQ(get_with_port_token("/v1/sandboxes", token), 401);
   EXPECT_EQ(get_with_port_token("/v1/sandboxes/" + id_, token), 401);
-  EXPECT_EQ(get_with_port_token(path("/tokens"), token), 401);
+  EXPECT_EQ(get_with_port_token(token_path(), token), 401);
+  EXPECT_EQ(get_with_port_token(token_path("", "", 8081), token), 401);
 
   // Listed by id and expiry; the value is shown once, at creation.
-  auto listed = tcp()->Get(path("/tokens"), {{"Authorization", "Bearer " + token_}});
+  auto listed = tcp()->Get(token_path(), {{"Authorization", "Bearer " + token_}});
   ASSERT_TRUE(listed);
   ASSERT_EQ(listed->status, 200) << listed->body;
   json tokens = json::parse(listed->body)["tokens"];
@@ -509,22 +517,50 @@ TEST_F(PortsTest, PortTokenOpensItsSandboxAndPortOnly) {
   EXPECT_EQ(listed->body.find(token), std::string::npos);
 }
 
+TEST_F(PortsTest, TheSandboxServersOwnTokensPathIsReachable) {
+  // The token routes are beside the proxy's paths: /tokens and /tokens/x of the sandbox's server
+  // reach the server, with hutchd's credential or a port token, and issue or revoke nothing.
+  std::string token = issue_token();
+  for (const std::string rest : {"/tokens", "/tokens/abc", "/tokens/"}) {
+    auto answer = daemon_->get(path(rest));
+    EXPECT_EQ(answer.status, 200) << rest << ": " << answer.raw;
+    EXPECT_EQ(answer.body.value("target", ""), rest) << answer.raw;
+    EXPECT_EQ(get_with_port_token(path(rest), token), 200) << rest;
+  }
+  auto posted = daemon_->post(path("/tokens"), {{"ttl_seconds", 60}});
+  EXPECT_EQ(posted.body.value("method", ""), "POST") << posted.raw;
+  EXPECT_EQ(posted.body.value("target", ""), "/tokens") << posted.raw;
+  EXPECT_EQ(posted.raw.find("hpt_"), std::string::npos) << posted.raw;
+  auto listed = daemon_->get(token_path());
+  ASSERT_EQ(listed.status, 200) << listed.raw;
+  EXPECT_EQ(listed.body["tokens"].size(), 1u) << listed.raw;
+  // Hostile ids and ports on the token routes: a 400 or 404, never a token.
+  for (const std::string& target :
+       {"/v1/sandboxes/" + id_ + "/port-tokens/0", "/v1/sandboxes/" + id_ + "/port-tokens/65536",
+        "/v1/sandboxes/" + id_ + "/port-tokens/abc", "/v1/sandboxes/" + id_ + "/port-tokens/8080.5",
+        "/v1/sandboxes/" + id_ + "/port-tokens/8080/../8081"}) {
+    auto reply = daemon_->post(target, json::object());
+    EXPECT_TRUE(reply.status == 400 || reply.status == 404) << target << ": " << reply.raw;
+    EXPECT_EQ(reply.raw.find("hpt_"), std::string::npos) << target;
+  }
+}
+
 TEST_F(PortsTest, ExpiredAndRevokedTokensAreRefused) {
   std::string short_lived = issue_token(kPort, 1);
   EXPECT_EQ(get_with_port_token(path("/x"), short_lived), 200);
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(get_with_port_token(path("/x"), short_lived), 401);
 
-  auto issued = daemon_->post(path("/tokens"), json::object());
+  auto issued = daemon_->post(token_path(), json::object());
   ASSERT_EQ(issued.status, 201);
   std::string token = issued.body["token"];
   EXPECT_EQ(get_with_port_token(path("/x"), token), 200);
-  EXPECT_EQ(daemon_->del(path("/tokens/" + issued.body["id"].get<std::string>())).status, 204);
+  EXPECT_EQ(daemon_->del(token_path("/" + issued.body["id"].get<std::string>())).status, 204);
   EXPECT_EQ(get_with_port_token(path("/x"), token), 401);
-  EXPECT_EQ(daemon_->del(path("/tokens/" + issued.body["id"].get<std::string>())).status, 404);
+  EXPECT_EQ(daemon_->del(token_path("/" + issued.body["id"].get<std::string>())).status, 404);
 
-  EXPECT_EQ(daemon_->post(path("/tokens"), {{"ttl_seconds", 0}}).status, 400);
-  EXPECT_EQ(daemon_->post(path("/tokens"), {{"ttl_seconds", 3600}, {"port", 1}}).status, 400);
+  EXPECT_EQ(daemon_->post(token_path(), {{"ttl_seconds", 0}}).status, 400);
+  EXPECT_EQ(daemon_->post(token_path(), {{"ttl_seconds", 3600}, {"port", 1}}).status, 400);
 }
 
 TEST_F(PortsTest, QueryTokenIsTradedForAPathScopedCookie) {
@@ -561,7 +597,7 @@ TEST_F(PortsTest, TokensDieWithTheirSandbox) {
   EXPECT_EQ(get_with_port_token(path("/x", other), token), 200);
   EXPECT_EQ(daemon_->del("/v1/sandboxes/" + other).status, 204);
   EXPECT_EQ(get_with_port_token(path("/x", other), token), 401);
-  EXPECT_EQ(daemon_->get(path("/tokens", other)).status, 404);
+  EXPECT_EQ(daemon_->get(token_path("", other)).status, 404);
 }
 
 TEST_F(PortsTest, HostileTargetsStayInsideTheirPort) {

@@ -181,7 +181,8 @@ TEST_F(RecipeServiceTest, BakeAndGcParametersAreCheckedBeforeAnythingRuns) {
 }
 
 TEST(BakeWire, RoundTripsEveryField) {
-  BakeJob job{"/var/lib/hutch", "/srv/recipe", "py", "recipe:base", {"A=1", "B=two words"}};
+  BakeJob job{"/var/lib/hutch", "/srv/recipe",          "py",
+              "recipe:base",    {"A=1", "B=two words"}, "host_owned"};
   auto decoded = decode_bake_job(encode_bake_job(job));
   ASSERT_TRUE(decoded) << decoded.error().message();
   EXPECT_EQ(decoded->state_dir, job.state_dir);
@@ -189,6 +190,11 @@ TEST(BakeWire, RoundTripsEveryField) {
   EXPECT_EQ(decoded->name, job.name);
   EXPECT_EQ(decoded->base, job.base);
   EXPECT_EQ(decoded->env, job.env);
+  EXPECT_EQ(decoded->net, job.net);
+  job.net = "bridge";
+  auto bad_net = decode_bake_job(encode_bake_job(job));
+  ASSERT_FALSE(bad_net);
+  EXPECT_NE(bad_net.error().message().find("net must be"), std::string::npos);
   BakeResult result{true, "sha256:ab", true, "no error"};
   auto back = decode_bake_result(encode_bake_result(result));
   ASSERT_TRUE(back) << back.error().message();

@@ -17,12 +17,14 @@
 
 #include "daemon/errors.h"
 #include "daemon/metrics.h"
+#include "daemon/sandbox_spec.h"
 #include "daemon/service/reaper.h"
 #include "daemon/service/sandbox_record.h"
 #include "daemon/service/sandbox_registry.h"
 #include "daemon/zygote.h"
 #include "runtime/base/proc_stat.h"
 #include "runtime/cgroup/plan.h"
+#include "runtime/ns/net.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
@@ -273,6 +275,30 @@ class RegistryTest : public ::testing::Test {
 };
 
 Zygote* RegistryTest::zygote_ = nullptr;
+
+TEST_F(RegistryTest, TheZygoteRefusesANamespaceItWasNotMeantToUse) {
+  SandboxSpec spec = build_spec(SandboxConfig{}, state_.path());
+  spec.cgroup_parent = std::string(kDefaultCgroupParent);
+  auto spawn = [&](const SandboxSpec& with, int fd) {
+    const std::string dir = state_.path() + "/z";
+    std::filesystem::create_directories(dir);
+    return zygote_->spawn(with, dir + "/exec.sock", dir + "/supervisor.sock",
+                          dir + "/supervisor.log", std::chrono::seconds(10), fd);
+  };
+  auto netns = make_loopback_netns();
+  ASSERT_TRUE(netns) << netns.error().message();
+  // A loopback spec (the zygote's own namespaces) with hutchd's namespace attached: refused.
+  auto loopback = spawn(spec, netns->get());
+  ASSERT_FALSE(loopback);
+  EXPECT_NE(loopback.error().message().find("not host_owned"), std::string::npos)
+      << loopback.error().message();
+  // A host_owned spec whose fd is no network namespace: setns fails in the supervisor, named.
+  spec.net = NetMode::kHostOwned;
+  const UniqueFd not_a_namespace(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  auto wrong = spawn(spec, not_a_namespace.get());
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.error().message().find("setns"), std::string::npos) << wrong.error().message();
+}
 
 TEST_F(RegistryTest, UnknownIdsAreSandboxNotFound) {
   auto got = registry_->get("sb-000000000000");

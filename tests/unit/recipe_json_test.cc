@@ -23,7 +23,22 @@ TEST(ParseRecipeJson, ReadsEveryKey) {
   EXPECT_EQ(recipe->timeout, "10m");
   auto empty = parse_recipe_json("{}");
   ASSERT_TRUE(empty);
-  EXPECT_FALSE(empty->base || empty->pids || empty->cpus || empty->memory || empty->timeout);
+  EXPECT_FALSE(empty->base || empty->pids || empty->cpus || empty->memory || empty->timeout ||
+               empty->network);
+}
+
+TEST(ParseRecipeJson, KeepsTheBakeNetworkAsJsonForHutchd) {
+  auto mode = parse_recipe_json(R"({"network": "open"})");
+  ASSERT_TRUE(mode) << mode.error().message();
+  EXPECT_EQ(mode->network, "\"open\"");
+  auto policy = parse_recipe_json(R"({"network": {"mode": "filtered", "allow": ["pypi.org"]}})");
+  ASSERT_TRUE(policy) << policy.error().message();
+  EXPECT_EQ(policy->network, R"({"allow":["pypi.org"],"mode":"filtered"})");
+  for (const char* text : {R"({"network": 7})", R"({"network": null})", R"({"network": [1]})"}) {
+    auto refused = parse_recipe_json(text);
+    ASSERT_FALSE(refused) << text;
+    EXPECT_NE(error_message(refused).find("network must be"), std::string::npos) << text;
+  }
 }
 
 TEST(ParseRecipeJson, RefusesMalformedUnknownAndMistyped) {
