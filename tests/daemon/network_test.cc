@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +28,8 @@
 #include "tests/common/temp_dir.h"
 #include "tests/common/upstream_netns.h"
 #include "tests/common/wait.h"
+
+extern char** environ;
 
 namespace hutch::testing {
 namespace {
