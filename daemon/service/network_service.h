@@ -18,6 +18,7 @@
 
 #include "daemon/metrics.h"
 #include "daemon/service/error.h"
+#include "daemon/service/secrets.h"
 #include "net/engine/engine.h"
 #include "net/policy.h"
 #include "runtime/base/error.h"
@@ -49,7 +50,16 @@ struct NetworkOptions {
   std::string upstream_netns;
   std::map<std::string, std::vector<net::Address>> static_names;
   size_t log_ring = 1000;  // decisions kept per sandbox
+  // The secrets inject rules name (null: none, every rule's secret is unknown).
+  std::shared_ptr<SecretStore> secrets;
+  // Tests only (HUTCH_TEST_NET=1): upstreams of terminated connections are verified with this
+  // PEM file's CAs instead of the host's trust store.
+  std::string upstream_ca_file;
 };
+
+// Every secret the policy's inject rules name is one hutchd holds: else kInvalid with code
+// "unknown_secret", naming the first missing one.
+ServiceResult<void> check_inject_secrets(const net::Policy& policy, const SecretStore* secrets);
 
 // The host's own addresses (getifaddrs), for the floor.
 Result<std::vector<net::Address>> host_addresses();
@@ -93,6 +103,12 @@ class NetworkService {
   ServiceResult<void> set_policy(const std::string& id, const net::Policy& next);
   NetworkStatus status(const std::string& id, const net::Policy& policy) const;
 
+  SecretStore* secrets() const { return options_.secrets.get(); }
+  // The sandbox's CA certificate (PEM) and the placeholder a process in it sees for `secret`;
+  // nullopt when the sandbox is not attached.
+  std::optional<std::string> ca_pem(const std::string& id) const;
+  std::optional<std::string> placeholder(const std::string& id, const std::string& secret) const;
+
   // The sandbox's decisions after number `after` (0: all kept), waiting up to `wait` for one
   // when there are none yet. `ended`: the sandbox is not attached (detached, or no egress).
   std::vector<LoggedDecision> decisions(const std::string& id, uint64_t after,
@@ -101,6 +117,9 @@ class NetworkService {
  private:
   struct Attached {
     UniqueFd names;  // kNetworkNames, O_APPEND
+    // Its CA (the private key stays in this process: nothing writes it out) and placeholder key.
+    std::shared_ptr<net::tls::SandboxCa> ca;
+    net::PlaceholderKey placeholder_key{};
     std::deque<LoggedDecision> ring;
     uint64_t next_seq = 1;
   };

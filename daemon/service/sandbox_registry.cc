@@ -240,6 +240,10 @@ std::map<std::string, std::pair<size_t, size_t>> SandboxRegistry::pool_status() 
 ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& config,
                                                                 const std::string& request_id) {
   if (auto checked = check_create_config(config); !checked) return std::unexpected(checked.error());
+  if (service::uses_engine(config.network) && network_ != nullptr) {
+    if (auto known = service::check_inject_secrets(config.network, network_->secrets()); !known)
+      return std::unexpected(known.error());
+  }
   auto started = std::chrono::steady_clock::now();
   std::optional<SpawnedSandbox> spawned;
   if (pool_) spawned = pool_->take(config);
