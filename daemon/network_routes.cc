@@ -47,6 +47,8 @@ json status_json(const service::NetworkStatus& status) {
   } else {
     out["stats"] = nullptr;
   }
+  out["ca_pem"] = status.ca_pem ? json(*status.ca_pem) : json(nullptr);
+  out["placeholders"] = status.placeholders;
   return out;
 }
 

@@ -17,6 +17,9 @@ using nlohmann::json;
 
 // A value's limit (SecretStore's) and one byte more, so a longer body is refused by its size.
 constexpr size_t kMaxSecretBody = 16 * 1024 + 1;
+// A longer body is read on (and dropped) up to this, so that the client gets its 413; beyond,
+// the connection is dropped.
+constexpr size_t kMaxDrained = 1024 * 1024;
 
 service::SecretStore& secrets_of(SandboxRegistry& registry) {
   service::NetworkService* network = registry.network();
@@ -41,13 +44,13 @@ void add_secret_routes(Routes& routes, DaemonContext& context) {
                                      const httplib::ContentReader& reader) {
     service::SecretStore& store = secrets_of(registry);
     std::string body;
-    bool fits = true;
+    size_t received = 0;
     reader([&](const char* data, size_t length) {
-      fits = body.size() + length <= kMaxSecretBody;
-      if (fits) body.append(data, length);
-      return fits;
+      received += length;
+      if (received <= kMaxSecretBody) body.append(data, length);
+      return received <= kMaxDrained;
     });
-    if (!fits || body.size() == kMaxSecretBody) {
+    if (received >= kMaxSecretBody) {
       OPENSSL_cleanse(body.data(), body.size());
       throw ApiError(413, "payload_too_large", "a secret's value is at most 16384 bytes");
     }

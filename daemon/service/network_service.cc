@@ -193,8 +193,15 @@ ServiceResult<void> NetworkService::set_policy(const std::string& id, const net:
 }
 
 NetworkStatus NetworkService::status(const std::string& id, const net::Policy& policy) const {
-  NetworkStatus out{policy, std::nullopt};
-  if (has_egress(policy.mode)) out.stats = engine_->stats(id);
+  NetworkStatus out{policy, std::nullopt, std::nullopt, {}};
+  if (!has_egress(policy.mode)) return out;
+  out.stats = engine_->stats(id);
+  out.ca_pem = ca_pem(id);
+  for (const net::InjectRule& rule : policy.inject) {
+    for (const net::InjectHeader& header : rule.headers) {
+      if (auto text = placeholder(id, header.secret)) out.placeholders[header.secret] = *text;
+    }
+  }
   return out;
 }
 

