@@ -50,6 +50,10 @@ class Sandbox {
   // API's sandbox object show this one).
   net::Policy network() const;
   void set_network(net::Policy policy);
+  // Variables every exec gets unless the config's env or the exec's own name them: where the
+  // trust bundle hutchd wrote into the sandbox is, and each injected secret's placeholder.
+  std::map<std::string, std::string> network_env() const;
+  void set_network_env(std::map<std::string, std::string> env);
 
   SandboxState state() const { return state_.load(); }
   void set_state(SandboxState state) { state_.store(state); }
@@ -105,10 +109,11 @@ class Sandbox {
   std::atomic<int64_t> last_activity_;
   std::atomic<int> active_execs_{0};
   std::mutex lifecycle_;
-  mutable std::mutex mutex_;  // root_, processes_, network_
+  mutable std::mutex mutex_;  // root_, processes_, network_, network_env_
   UniqueFd root_;
   std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
   net::Policy network_;
+  std::map<std::string, std::string> network_env_;
 };
 
 std::string state_name(SandboxState state);

@@ -1,9 +1,9 @@
 // Credential injection through hutchd's API, as root: the secrets routes and flags, the policy's
 // `inject` key and its checks, and a filtered sandbox whose curl (the host's) reaches an HTTPS
 // upstream in a network namespace this test makes (python3's http.server with ssl, a certificate
-// from a test CA hutchd is told to trust by --net-upstream-ca) knowing only the placeholder,
-// while the upstream gets the secret. The secret's value must appear in no reply, no log and no
-// file of hutchd's state dir.
+// from a test CA hutchd is told to trust by --net-upstream-ca) knowing only the placeholder
+// (its variable, and the trust bundle hutchd writes into it), while the upstream gets the secret.
+// The secret's value must appear in no reply, no log and no file of hutchd's state dir.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
@@ -124,6 +124,8 @@ class InjectDaemon : public ::testing::Test {
     HUTCH_REQUIRE_ROOT();
     for (const char* tool : {"/usr/bin/curl", "/usr/bin/python3", "/usr/bin/unshare"})
       HUTCH_REQUIRE(::access(tool, X_OK) == 0, std::string("needs ") + tool);
+    HUTCH_REQUIRE(::access("/etc/ssl/certs/ca-certificates.crt", R_OK) == 0,
+                  "needs the host's CA bundle (ca-certificates)");
     ::setenv("HUTCH_TEST_NET", "1", 1);
     // The upstream's certificate for api.test, from a CA of the test's own.
     auto ca = net::tls::SandboxCa::create({.label = "test upstream"});
@@ -211,21 +213,28 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
   EXPECT_EQ(rule["headers"]["Authorization"]["secret"], "OPENAI_API_KEY") << network.raw;
   EXPECT_EQ(network.raw.find(kSecret), std::string::npos);
 
-  // The sandbox trusts its CA (a file it is given), and sends the placeholder.
-  auto put = daemon_->put("/v1/sandboxes/" + id + "/files?path=/tmp/hutch-ca.pem",
-                          network.body["ca_pem"].get<std::string>());
-  ASSERT_EQ(put.status / 100, 2) << put.raw;
-  const std::string out =
-      run(id, "curl -sS --max-time 10 --cacert /tmp/hutch-ca.pem -H 'Authorization: Bearer " +
-                  placeholder + "' https://api.test/v1/chat https://api.test/v1/models");
+  // Every exec has the trust variables (the bundle hutchd wrote into the sandbox: the host's
+  // roots and the sandbox's CA) and the secret's variable holding the placeholder.
+  const std::string env = run(id, "env");
+  EXPECT_NE(env.find("CURL_CA_BUNDLE=/etc/hutch/ca-bundle.pem\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("SSL_CERT_FILE=/etc/hutch/ca-bundle.pem\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("NODE_EXTRA_CA_CERTS=/etc/hutch/sandbox-ca.pem\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("OPENAI_API_KEY=" + placeholder + "\n"), std::string::npos) << env;
+  EXPECT_EQ(run(id, "cat /etc/hutch/sandbox-ca.pem"), network.body["ca_pem"].get<std::string>());
+  const std::string bundle = run(id, "cat /etc/hutch/ca-bundle.pem");
+  EXPECT_NE(bundle.find(network.body["ca_pem"].get<std::string>()), std::string::npos);
+  EXPECT_GT(bundle.size(), network.body["ca_pem"].get<std::string>().size() + 1000)
+      << "the host's roots are in the bundle too";
+  const std::string out = run(id,
+                              "curl -sS --max-time 10 -H \"Authorization: Bearer $OPENAI_API_KEY\" "
+                              "https://api.test/v1/chat https://api.test/v1/models");
   EXPECT_EQ(out, "okok");
   EXPECT_EQ(upstream_->requests(), "/v1/chat Bearer " + std::string(kSecret) +
                                        "\n/v1/models Bearer " + std::string(kSecret) + "\n");
 
   // Outside the rule's path the placeholder is refused, and logged; the secret is nowhere.
   const std::string refused =
-      run(id, "curl -sS --max-time 10 --cacert /tmp/hutch-ca.pem -H 'X-Key: " + placeholder +
-                  "' https://api.test/admin");
+      run(id, "curl -sS --max-time 10 -H \"X-Key: $OPENAI_API_KEY\" https://api.test/admin");
   EXPECT_NE(refused.find("\"rule\":\"inject\""), std::string::npos) << refused;
   ASSERT_TRUE(wait_until(
       [&] {
@@ -240,8 +249,15 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
   EXPECT_EQ(daemon_->get("/metrics").raw.find(kSecret), std::string::npos);
   EXPECT_EQ(daemon_->log().find(kSecret), std::string::npos);
   EXPECT_FALSE(in_state_dir(kSecret)) << "sandbox.json, the names file, the records";
+  // Another sandbox has a CA and placeholders of its own.
+  auto second = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
+  ASSERT_EQ(second.status, 201) << second.raw;
+  auto second_network =
+      daemon_->get("/v1/sandboxes/" + second.body["id"].get<std::string>() + "/network");
+  EXPECT_NE(second_network.body["ca_pem"], network.body["ca_pem"]);
+  EXPECT_NE(second_network.body["placeholders"]["OPENAI_API_KEY"], placeholder);
   // The sandbox's own environment and files hold no secret.
-  EXPECT_EQ(run(id, "env; cat /tmp/hutch-ca.pem").find(kSecret), std::string::npos);
+  EXPECT_EQ(run(id, "env; cat /etc/hutch/*").find(kSecret), std::string::npos);
 }
 
 TEST_F(InjectDaemon, SecretsRoutesAreWriteOnlyAndRefuseHostileInput) {
