@@ -21,7 +21,7 @@ net::Policy parse_network(const json& network) {
       throw bad_request(
           "network must be \"none\", \"loopback\", \"filtered\", \"open\" or "
           "{\"mode\":...,\"allow\":[...],\"deny\":[...]}");
-    return net::Policy{*mode, {}, {}};
+    return net::Policy{*mode, {}, {}, {}};
   }
   if (!network.is_object())
     throw bad_request(
@@ -29,9 +29,10 @@ net::Policy parse_network(const json& network) {
   auto policy = net::parse_policy_json(network.dump());
   if (!policy) throw bad_request("network: " + policy.error().detail);
   const bool engaged = policy->mode == net::Mode::kFiltered || policy->mode == net::Mode::kOpen;
-  if (!engaged && (!policy->allow.empty() || !policy->deny.empty()))
-    throw bad_request("network: allow and deny rules need mode \"filtered\" or \"open\" (mode \"" +
-                      std::string(net::mode_name(policy->mode)) + "\" has no egress to filter)");
+  if (!engaged && (!policy->allow.empty() || !policy->deny.empty() || !policy->inject.empty()))
+    throw bad_request(
+        "network: allow, deny and inject rules need mode \"filtered\" or \"open\" (mode \"" +
+        std::string(net::mode_name(policy->mode)) + "\" has no egress to filter)");
   return std::move(*policy);
 }
 

@@ -112,7 +112,32 @@ int main(int argc, char** argv) {
                  "Tests only (HUTCH_TEST_NET=1): NAME=ADDR, a static resolver instead of the "
                  "host's (repeatable)")
       ->allow_extra_args(false);
+  std::string net_upstream_ca;
+  app.add_option("--net-upstream-ca", net_upstream_ca,
+                 "Tests only (HUTCH_TEST_NET=1): verify the upstreams of terminated TLS "
+                 "connections with this PEM file's CAs instead of the host's trust store");
+  std::string secrets_file;
+  app.add_option("--secrets-file", secrets_file,
+                 "NAME=value lines for credential injection (a regular file of hutchd's user, "
+                 "mode 0600 or 0400)");
+  std::vector<std::string> secret_from_env;
+  app.add_option("--secret-from-env", secret_from_env,
+                 "Take secret NAME from hutchd's environment variable NAME, then clear it "
+                 "(repeatable)")
+      ->allow_extra_args(false);
   CLI11_PARSE(app, argc, argv);
+
+  // Before any thread: load_environment clears the variables (getenv and unsetenv are not
+  // thread-safe), so no child of hutchd inherits them.
+  auto secrets = std::make_shared<hutch::daemon::service::SecretStore>();
+  if (!secrets_file.empty()) {
+    if (auto loaded = secrets->load_file(secrets_file); !loaded)
+      return fail("--secrets-file: " + loaded.error().message());
+  }
+  for (const std::string& name : secret_from_env) {
+    if (auto loaded = secrets->load_environment(name); !loaded)
+      return fail("--secret-from-env: " + loaded.error().message());
+  }
 
   if (auto checked = hutch::check_cgroup_parent(cgroup_parent); !checked)
     return fail("--cgroup-parent: " + checked.error().message());
@@ -141,9 +166,14 @@ int main(int argc, char** argv) {
   // A production hutchd cannot be pointed at another namespace or resolver by a stray flag.
   const char* test_net = std::getenv("HUTCH_TEST_NET");
   const bool test_net_allowed = test_net != nullptr && std::string(test_net) == "1";
-  if ((!net_upstream_netns.empty() || !net_resolve.empty()) && !test_net_allowed)
-    return fail("--net-upstream-netns and --net-resolve are for tests: they need HUTCH_TEST_NET=1");
+  if ((!net_upstream_netns.empty() || !net_resolve.empty() || !net_upstream_ca.empty()) &&
+      !test_net_allowed)
+    return fail(
+        "--net-upstream-netns, --net-resolve and --net-upstream-ca are for tests: they need "
+        "HUTCH_TEST_NET=1");
   network.upstream_netns = net_upstream_netns;
+  network.upstream_ca_file = net_upstream_ca;
+  network.secrets = secrets;
   for (const std::string& entry : net_resolve) {
     size_t eq = entry.find('=');
     auto name = hutch::net::normalize_name(entry.substr(0, eq == std::string::npos ? 0 : eq));

@@ -48,6 +48,8 @@ json status_json(const service::NetworkStatus& status, const Sandbox& sandbox) {
   } else {
     out["stats"] = nullptr;
   }
+  out["ca_pem"] = status.ca_pem ? json(*status.ca_pem) : json(nullptr);
+  out["placeholders"] = status.placeholders;
   return out;
 }
 

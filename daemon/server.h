@@ -116,6 +116,7 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context);
 void add_exec_routes(Routes& routes, DaemonContext& context);
 void add_file_routes(Routes& routes, DaemonContext& context);
 void add_network_routes(Routes& routes, DaemonContext& context);
+void add_secret_routes(Routes& routes, DaemonContext& context);
 
 // httplib::Server whose connections the ConnectionGuard holds between requests
 // (connection_guard.h), with its listening backlog raised: httplib listens with a backlog of 5,

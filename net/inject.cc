@@ -1,10 +1,9 @@
 #include "net/inject.h"
 
-#include <openssl/crypto.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
+#include <string.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "net/http_head.h"
@@ -16,7 +15,6 @@ namespace {
 constexpr size_t kMaxSecretName = 128;
 constexpr size_t kMaxHeaderName = 256;
 constexpr size_t kMaxPrefix = 256;
-constexpr std::string_view kPlaceholderStart = "hutch-placeholder-";
 
 std::unexpected<Error> invalid(std::string detail) {
   return kind_error(ErrorKind::kInvalid, "inject rule", std::move(detail));
@@ -174,28 +172,6 @@ Result<std::vector<HeaderValue>> headers_to_set(std::span<const InjectRule* cons
   return set;
 }
 
-Result<PlaceholderKey> new_placeholder_key() {
-  PlaceholderKey key;
-  if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1) {
-    return plain_error("RAND_bytes", "placeholder key");
-  }
-  return key;
-}
-
-std::string placeholder_for(const PlaceholderKey& key, std::string_view secret) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), digest, &size);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string text = std::string(kPlaceholderStart) + std::string(secret) + "-";
-  for (unsigned i = 0; i < 16; ++i) {
-    text += kHex[digest[i] >> 4];
-    text += kHex[digest[i] & 0xf];
-  }
-  return text;
-}
-
 void PlaceholderScanner::add(std::string secret, std::string placeholder) {
   entries_.push_back({std::move(secret), std::move(placeholder)});
 }
@@ -204,12 +180,12 @@ std::vector<PlaceholderHit> PlaceholderScanner::scan(std::span<const uint8_t> by
   return scan(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
-// Every placeholder starts with kPlaceholderStart: one search for it, then a comparison with
+// Every placeholder starts with kPlaceholderPrefix: one search for it, then a comparison with
 // each known placeholder at each place it occurs.
 std::vector<PlaceholderHit> PlaceholderScanner::scan(std::string_view text) const {
   std::vector<PlaceholderHit> hits;
-  for (size_t at = text.find(kPlaceholderStart); at != std::string_view::npos;
-       at = text.find(kPlaceholderStart, at + 1)) {
+  for (size_t at = text.find(kPlaceholderPrefix); at != std::string_view::npos;
+       at = text.find(kPlaceholderPrefix, at + 1)) {
     for (const Entry& entry : entries_) {
       if (text.substr(at).starts_with(entry.placeholder)) hits.push_back({entry.secret, at});
     }
@@ -261,10 +237,45 @@ Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderVa
   }
   out.append("\r\n");
   if (out.size() > kMaxHttpHead) {
-    OPENSSL_cleanse(out.data(), out.size());
+    explicit_bzero(out.data(), out.size());
     return refuse("the head would exceed " + std::to_string(kMaxHttpHead) + " bytes");
   }
   return out;
+}
+
+Result<uint64_t> request_body_length(std::string_view head) {
+  std::optional<uint64_t> length;
+  size_t line_start = head.find("\r\n");
+  while (line_start != std::string_view::npos) {
+    line_start += 2;
+    const size_t line_end = head.find("\r\n", line_start);
+    if (line_end == std::string_view::npos || line_end == line_start) break;
+    const std::string_view line = head.substr(line_start, line_end - line_start);
+    line_start = line_end;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, colon);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    if (equals_ignoring_case(name, "transfer-encoding")) {
+      return kind_error(ErrorKind::kUnsupported, "request body",
+                        "Transfer-Encoding is not relayed on a terminated connection; send a "
+                        "Content-Length");
+    }
+    if (!equals_ignoring_case(name, "content-length")) continue;
+    uint64_t parsed = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+    if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
+      return kind_error(ErrorKind::kInvalid, "request body", "Content-Length is not a number");
+    }
+    if (length) {
+      return kind_error(ErrorKind::kInvalid, "request body", "Content-Length is given twice");
+    }
+    length = parsed;
+  }
+  return length.value_or(0);
 }
 
 }  // namespace hutch::net

@@ -29,21 +29,7 @@ namespace hutch::net {
 // line up).
 bool is_valid_secret_name(std::string_view name);
 
-// Header `name` is set to `prefix` + the secret's value ("Authorization": "Bearer " + key).
-struct InjectHeader {
-  std::string name;  // an RFC 9110 token, compared case-insensitively
-  std::string secret;
-  std::string prefix;  // visible ASCII, spaces and tabs
-  friend bool operator==(const InjectHeader&, const InjectHeader&) = default;
-};
-
-struct InjectRule {
-  std::vector<Rule> match_hosts;           // kName or kSuffix rules of policy.h, no port
-  std::optional<std::string> method;       // exact, uppercase ("POST"); none: every method
-  std::optional<std::string> path_prefix;  // starts with '/'; none: every path
-  std::vector<InjectHeader> headers;
-  friend bool operator==(const InjectRule&, const InjectRule&) = default;
-};
+// InjectHeader and InjectRule are in net/policy.h (a Policy carries them).
 
 // Checks what the JSON codec cannot: at least one host and one header, names and prefixes as
 // above, no header set twice by one rule. The error names the part at fault.
@@ -74,6 +60,8 @@ Result<std::vector<HeaderValue>> headers_to_set(std::span<const InjectRule* cons
 // HMAC-SHA256(sandbox key, secret name). Deterministic for a sandbox and a secret (hutchd keeps
 // the key with the sandbox's record, outside the sandbox), unguessable without the key, and
 // independent of the secret's value. Only [A-Za-z0-9_-]: URL encoding leaves it as it is.
+// new_placeholder_key and placeholder_for are in target hutch_net_placeholder (OpenSSL).
+inline constexpr std::string_view kPlaceholderPrefix = "hutch-placeholder-";
 using PlaceholderKey = std::array<uint8_t, 32>;
 Result<PlaceholderKey> new_placeholder_key();  // RAND_bytes
 std::string placeholder_for(const PlaceholderKey& key, std::string_view secret);
@@ -107,5 +95,11 @@ class PlaceholderScanner {
 // injection) is refused naming the header only, as is a result over kMaxHttpHead, and so is a
 // head with a bare CR or LF or a field name that is not a token (whitespace before the colon).
 Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderValue> set);
+
+// The length of the body that follows a complete request head: its Content-Length, or 0 without
+// one. The relay forwards that many bytes and then reads the next head, so framing it cannot
+// follow is refused rather than guessed: Transfer-Encoding (kUnsupported: chunked uploads are not
+// relayed on a terminated connection), several or non-numeric Content-Length fields (kInvalid).
+Result<uint64_t> request_body_length(std::string_view head);
 
 }  // namespace hutch::net

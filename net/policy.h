@@ -71,10 +71,29 @@ Result<Rule> parse_rule(std::string_view text);
 // are not looked at; a kCidr rule covers no name.
 bool name_matches(const Rule& rule, std::string_view name);
 
+// Credential injection's rules (net/inject.h says how they apply), here so that a Policy carries
+// them: the API, sandbox.json and the engine take them with the rest of the policy.
+// Header `name` is set to `prefix` + the secret's value ("Authorization": "Bearer " + key).
+struct InjectHeader {
+  std::string name;  // an RFC 9110 token, compared case-insensitively
+  std::string secret;
+  std::string prefix;  // visible ASCII, spaces and tabs
+  friend bool operator==(const InjectHeader&, const InjectHeader&) = default;
+};
+
+struct InjectRule {
+  std::vector<Rule> match_hosts;           // kName or kSuffix rules, no port
+  std::optional<std::string> method;       // exact, uppercase ("POST"); none: every method
+  std::optional<std::string> path_prefix;  // starts with '/'; none: every path
+  std::vector<InjectHeader> headers;
+  friend bool operator==(const InjectRule&, const InjectRule&) = default;
+};
+
 struct Policy {
   Mode mode = Mode::kLoopback;
   std::vector<Rule> allow;
   std::vector<Rule> deny;
+  std::vector<InjectRule> inject;  // names secrets, never holds their values
 
   friend bool operator==(const Policy&, const Policy&) = default;
 };

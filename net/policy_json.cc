@@ -1,6 +1,9 @@
 #include "net/policy_json.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+
+#include "net/inject_json.h"
 
 namespace hutch::net {
 
@@ -30,6 +33,31 @@ Result<std::vector<Rule>> parse_rules(const nlohmann::json& list, std::string_vi
   return rules;
 }
 
+// An inject rule's host must be one the policy lets the sandbox reach: a rule never widens what
+// the sandbox may reach, and a credential goes only where the policy already sends traffic.
+bool reachable(const Policy& policy, const Rule& host) {
+  if (host.kind == RuleKind::kName) return decide_name(policy, host.name).allowed;
+  if (policy.mode == Mode::kOpen) return true;
+  return std::ranges::any_of(policy.allow, [&](const Rule& allow) {
+    return allow.kind == RuleKind::kSuffix &&
+           (host.name == allow.name || host.name.ends_with("." + allow.name));
+  });
+}
+
+Result<void> check_inject_hosts(const Policy& policy) {
+  for (size_t i = 0; i < policy.inject.size(); ++i) {
+    const auto& hosts = policy.inject[i].match_hosts;
+    for (size_t j = 0; j < hosts.size(); ++j) {
+      if (!reachable(policy, hosts[j])) {
+        return invalid("inject[" + std::to_string(i) + "].match_hosts[" + std::to_string(j) +
+                       "] \"" + hosts[j].to_string() +
+                       "\" is not allowed by the policy: add it to \"allow\"");
+      }
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Policy> parse_policy_json(std::string_view json) {
@@ -41,8 +69,8 @@ Result<Policy> parse_policy_json(std::string_view json) {
   }
   if (!document.is_object()) return invalid("not a JSON object");
   for (const auto& [key, value] : document.items()) {
-    if (key != "mode" && key != "allow" && key != "deny") {
-      return invalid("unknown key \"" + key + "\" (mode, allow, deny)");
+    if (key != "mode" && key != "allow" && key != "deny" && key != "inject") {
+      return invalid("unknown key \"" + key + "\" (mode, allow, deny, inject)");
     }
   }
   Policy policy;
@@ -62,6 +90,12 @@ Result<Policy> parse_policy_json(std::string_view json) {
   if (auto deny = document.find("deny"); deny != document.end()) {
     policy.deny = HUTCH_TRY(parse_rules(*deny, "deny"));
   }
+  if (auto inject = document.find("inject"); inject != document.end()) {
+    auto rules = parse_inject_json(inject->dump());
+    if (!rules) return invalid(rules.error().detail);
+    policy.inject = std::move(*rules);
+    HUTCH_TRY(check_inject_hosts(policy));
+  }
   return policy;
 }
 
@@ -71,6 +105,9 @@ std::string policy_to_json(const Policy& policy) {
                              {"deny", nlohmann::json::array()}};
   for (const Rule& rule : policy.allow) document["allow"].push_back(rule.to_string());
   for (const Rule& rule : policy.deny) document["deny"].push_back(rule.to_string());
+  // Only when there are rules, so a policy without injection reads as it always did.
+  if (!policy.inject.empty())
+    document["inject"] = nlohmann::json::parse(inject_to_json(policy.inject));
   return document.dump();
 }
 

@@ -21,7 +21,9 @@ ServiceResult<void> begin_exec(Sandbox& sandbox, const ExecOptions& options,
 ExecStart exec_start(const ExecOptions& options, const Sandbox& sandbox) {
   ExecStart start;
   start.argv = options.argv;
-  start.env = exec_environment(sandbox.config().env, options.env);
+  std::map<std::string, std::string> env = sandbox.network_env();
+  for (const auto& [name, value] : sandbox.config().env) env[name] = value;
+  start.env = exec_environment(env, options.env);
   start.workdir = options.workdir.value_or(sandbox.config().workdir);
   start.stdin_data = options.stdin_data;
   return start;

@@ -36,6 +36,21 @@ std::map<net::Address, std::string> read_names(const std::string& path) {
 
 bool uses_engine(const net::Policy& policy) { return has_egress(policy.mode); }
 
+ServiceResult<void> check_inject_secrets(const net::Policy& policy, const SecretStore* secrets) {
+  for (const net::InjectRule& rule : policy.inject) {
+    for (const net::InjectHeader& header : rule.headers) {
+      if (secrets == nullptr || !secrets->contains(header.secret)) {
+        return service_error(ErrorKind::kInvalid, "unknown_secret",
+                             "network.inject: header \"" + header.name + "\" names secret \"" +
+                                 header.secret +
+                                 "\", which hutchd does not hold (PUT /v1/secrets/" +
+                                 header.secret + ", --secrets-file or --secret-from-env)");
+      }
+    }
+  }
+  return {};
+}
+
 Result<std::vector<net::Address>> host_addresses() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return sys_error("getifaddrs", "the host's addresses");
@@ -76,6 +91,15 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
   if (!service->options_.static_names.empty())
     engine.resolver = net::static_resolver(service->options_.static_names);
   engine.upstream_netns_fd = service->upstream_netns_.get();
+  if (!service->options_.upstream_ca_file.empty())
+    engine.upstream_ca_file = service->options_.upstream_ca_file;
+  if (auto store = service->options_.secrets) {
+    engine.secrets = [store](std::string_view name) -> std::optional<std::string> {
+      auto value = store->value(name);
+      if (!value) return std::nullopt;
+      return std::string(value->view());
+    };
+  }
   NetworkService* self = service.get();
   service->engine_ = std::make_unique<net::Engine>(
       std::move(engine), [self](const net::ConnectionLog& log) { self->record(log); },
@@ -133,21 +157,31 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
     if (!names) return sys_error("open", path);
   }
+  // A CA of its own for every sandbox with egress (a fork or rollback too: never another's), so
+  // that inject rules a later PUT adds find the sandbox trusting it already. Unconstrained by
+  // names: rules may change at runtime; the engine mints leaves only for hosts a rule names.
+  net::SandboxInjection injection;
+  injection.ca = std::shared_ptr<net::tls::SandboxCa>(
+      HUTCH_TRY(net::tls::SandboxCa::create({.label = "hutch sandbox " + id})));
+  injection.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
   {
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
     entry.names = std::move(names);
+    entry.ca = injection.ca;
+    entry.placeholder_key = injection.placeholder_key;
   }
   // Outside the lock: the engine's threads call record() and remember_name(), which take it.
-  if (auto attached = engine_->attach(id, std::move(listeners), policy, std::move(known));
+  if (auto attached =
+          engine_->attach(id, std::move(listeners), policy, std::move(known), std::move(injection));
       !attached) {
     std::lock_guard lock(mutex_);
     attached_.erase(id);
     return std::unexpected(attached.error());
   }
-  spdlog::info("sandbox={} network {} attached ({} allow, {} deny rules{})", id,
+  spdlog::info("sandbox={} network {} attached ({} allow, {} deny, {} inject rules{})", id,
                net::mode_name(policy.mode), policy.allow.size(), policy.deny.size(),
-               fresh ? "" : ", re-adopted");
+               policy.inject.size(), fresh ? "" : ", re-adopted");
   return {};
 }
 
@@ -181,6 +215,7 @@ ServiceResult<void> check_mode_change(const net::Policy& current, const net::Pol
 }
 
 ServiceResult<void> NetworkService::set_policy(const std::string& id, const net::Policy& next) {
+  if (auto known = check_inject_secrets(next, secrets()); !known) return known;
   if (auto set = engine_->set_policy(id, next); !set)
     return std::unexpected(from_runtime(set.error()));
   spdlog::info("sandbox={} network policy replaced: {} ({} allow, {} deny rules)", id,
@@ -189,9 +224,31 @@ ServiceResult<void> NetworkService::set_policy(const std::string& id, const net:
 }
 
 NetworkStatus NetworkService::status(const std::string& id, const net::Policy& policy) const {
-  NetworkStatus out{policy, std::nullopt};
-  if (has_egress(policy.mode)) out.stats = engine_->stats(id);
+  NetworkStatus out{policy, std::nullopt, std::nullopt, {}};
+  if (!has_egress(policy.mode)) return out;
+  out.stats = engine_->stats(id);
+  out.ca_pem = ca_pem(id);
+  for (const net::InjectRule& rule : policy.inject) {
+    for (const net::InjectHeader& header : rule.headers) {
+      if (auto text = placeholder(id, header.secret)) out.placeholders[header.secret] = *text;
+    }
+  }
   return out;
+}
+
+std::optional<std::string> NetworkService::ca_pem(const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  auto it = attached_.find(id);
+  if (it == attached_.end() || !it->second.ca) return std::nullopt;
+  return it->second.ca->certificate_pem();
+}
+
+std::optional<std::string> NetworkService::placeholder(const std::string& id,
+                                                       const std::string& secret) const {
+  std::lock_guard lock(mutex_);
+  auto it = attached_.find(id);
+  if (it == attached_.end() || !it->second.ca) return std::nullopt;
+  return net::placeholder_for(it->second.placeholder_key, secret);
 }
 
 std::vector<LoggedDecision> NetworkService::decisions(const std::string& id, uint64_t after,

@@ -19,6 +19,7 @@
 #include "daemon/metrics.h"
 #include "daemon/service/egress_pool.h"
 #include "daemon/service/error.h"
+#include "daemon/service/secrets.h"
 #include "net/engine/engine.h"
 #include "net/policy.h"
 #include "runtime/base/error.h"
@@ -53,7 +54,16 @@ struct NetworkOptions {
   // Namespaces with the egress path made ahead (daemon/service/egress_pool.h, --net-ahead); 0:
   // every create installs its own.
   size_t netns_ahead = 4;
+  // The secrets inject rules name (null: none, every rule's secret is unknown).
+  std::shared_ptr<SecretStore> secrets;
+  // Tests only (HUTCH_TEST_NET=1): upstreams of terminated connections are verified with this
+  // PEM file's CAs instead of the host's trust store.
+  std::string upstream_ca_file;
 };
+
+// Every secret the policy's inject rules name is one hutchd holds: else kInvalid with code
+// "unknown_secret", naming the first missing one.
+ServiceResult<void> check_inject_secrets(const net::Policy& policy, const SecretStore* secrets);
 
 // The host's own addresses (getifaddrs), for the floor.
 Result<std::vector<net::Address>> host_addresses();
@@ -68,6 +78,10 @@ struct LoggedDecision {
 struct NetworkStatus {
   net::Policy policy;
   std::optional<net::SandboxNetStats> stats;  // nullopt: mode none or loopback
+  // The sandbox's CA certificate (to trust it inside) and, per secret its inject rules name, the
+  // placeholder to use in its place. Neither is secret: both are what the sandbox may see.
+  std::optional<std::string> ca_pem;
+  std::map<std::string, std::string> placeholders;
 };
 
 class NetworkService {
@@ -110,6 +124,12 @@ class NetworkService {
   ServiceResult<void> set_policy(const std::string& id, const net::Policy& next);
   NetworkStatus status(const std::string& id, const net::Policy& policy) const;
 
+  SecretStore* secrets() const { return options_.secrets.get(); }
+  // The sandbox's CA certificate (PEM) and the placeholder a process in it sees for `secret`;
+  // nullopt when the sandbox is not attached.
+  std::optional<std::string> ca_pem(const std::string& id) const;
+  std::optional<std::string> placeholder(const std::string& id, const std::string& secret) const;
+
   // The sandbox's decisions after number `after` (0: all kept), waiting up to `wait` for one
   // when there are none yet. `ended`: the sandbox is not attached (detached, or no egress).
   std::vector<LoggedDecision> decisions(const std::string& id, uint64_t after,
@@ -118,6 +138,9 @@ class NetworkService {
  private:
   struct Attached {
     UniqueFd names;  // kNetworkNames, O_APPEND (none for a bake)
+    // Its CA (the private key stays in this process: nothing writes it out) and placeholder key.
+    std::shared_ptr<net::tls::SandboxCa> ca;
+    net::PlaceholderKey placeholder_key{};
     std::deque<LoggedDecision> ring;
     uint64_t next_seq = 1;
   };

@@ -122,6 +122,16 @@ json network_error_json(const std::string& error) {
   return {{"code", "network_not_attached"}, {"message", error}};
 }
 
+std::map<std::string, std::string> Sandbox::network_env() const {
+  std::lock_guard lock(mutex_);
+  return network_env_;
+}
+
+void Sandbox::set_network_env(std::map<std::string, std::string> env) {
+  std::lock_guard lock(mutex_);
+  network_env_ = std::move(env);
+}
+
 json Sandbox::to_json() const {
   json out = config_to_json(config_);
   out["network"] = network_to_json(network());

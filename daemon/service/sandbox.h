@@ -55,6 +55,10 @@ class Sandbox {
   // connection is refused): shown by GET .../network and the sandbox object. Empty: served.
   std::string network_error() const;
   void set_network_error(std::string error);
+  // Variables every exec gets unless the config's env or the exec's own name them: where the
+  // trust bundle hutchd wrote into the sandbox is, and each injected secret's placeholder.
+  std::map<std::string, std::string> network_env() const;
+  void set_network_env(std::map<std::string, std::string> env);
 
   SandboxState state() const { return state_.load(); }
   void set_state(SandboxState state) { state_.store(state); }
@@ -110,11 +114,12 @@ class Sandbox {
   std::atomic<int64_t> last_activity_;
   std::atomic<int> active_execs_{0};
   std::mutex lifecycle_;
-  mutable std::mutex mutex_;  // root_, processes_, network_, network_error_
+  mutable std::mutex mutex_;  // root_, processes_, network_, network_error_, network_env_
   UniqueFd root_;
   std::map<pid_t, std::shared_ptr<BackgroundProcess>> processes_;
   net::Policy network_;
   std::string network_error_;
+  std::map<std::string, std::string> network_env_;
 };
 
 std::string state_name(SandboxState state);

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "daemon/service/sandbox_record.h"
+#include "net/tls/trust_bundle.h"
 #include "runtime/process/pidfd.h"
 
 namespace hutch::daemon {
@@ -118,6 +119,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
       sandbox->set_network_error(error);
       sandbox->log().add({{"event", "network_error"}, {"error", error}});
       metrics_.count_network_reattach_failure();
+    } else {
+      install_trust(*sandbox);  // a new CA: the old one's key died with the previous hutchd
     }
   }
   // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
@@ -172,6 +175,43 @@ Result<void> SandboxRegistry::attach_network(
                       std::string("mode ") + std::string(net::mode_name(policy.mode)) +
                           " needs hutchd's network service");
   return network_->attach(id, dir, live, policy, std::move(prepared));
+}
+
+void SandboxRegistry::install_trust(Sandbox& sandbox) const {
+  if (network_ == nullptr) return;
+  const auto ca = network_->ca_pem(sandbox.id());
+  if (!ca) return;
+  // In the sandbox's own filesystem (the CA's certificate only: its key never leaves hutchd), at
+  // a path of hutch's, so the image's bundle stays as it is; tools find it by the variables.
+  constexpr std::string_view kDir = "/etc/hutch";
+  const std::string bundle_path = std::string(kDir) + "/ca-bundle.pem";
+  const std::string ca_path = std::string(kDir) + "/sandbox-ca.pem";
+  auto bundle = net::tls::build_trust_bundle(*ca);
+  auto fs = sandbox.fs();
+  if (!bundle || !fs) {
+    spdlog::warn("sandbox={} no trust bundle for injection: {}", sandbox.id(),
+                 !bundle ? bundle.error().message() : fs.error().message());
+    return;
+  }
+  if (auto made = fs->mkdir(kDir, true);
+      !made && made.error().code != files::Errc::kAlreadyExists) {
+    spdlog::warn("sandbox={} mkdir {}: {}", sandbox.id(), kDir, made.error().message);
+    return;
+  }
+  for (const auto& [path, text] : {std::pair{bundle_path, *bundle}, std::pair{ca_path, *ca}}) {
+    if (auto written = fs->write_file(path, text, 0644); !written) {
+      spdlog::warn("sandbox={} write {}: {}", sandbox.id(), path, written.error().message);
+      return;
+    }
+  }
+  std::map<std::string, std::string> env;
+  for (const auto& entry : net::tls::trust_environment(bundle_path, ca_path))
+    env[entry.name] = entry.value;
+  // A secret's name is spelled as a variable: OPENAI_API_KEY=<placeholder>, what SDKs read.
+  for (const auto& [secret, placeholder] :
+       network_->status(sandbox.id(), sandbox.network()).placeholders)
+    env[secret] = placeholder;
+  sandbox.set_network_env(std::move(env));
 }
 
 Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool pooled,
@@ -247,6 +287,10 @@ std::map<std::string, std::pair<size_t, size_t>> SandboxRegistry::pool_status() 
 ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& config,
                                                                 const std::string& request_id) {
   if (auto checked = check_create_config(config); !checked) return std::unexpected(checked.error());
+  if (service::uses_engine(config.network) && network_ != nullptr) {
+    if (auto known = service::check_inject_secrets(config.network, network_->secrets()); !known)
+      return std::unexpected(known.error());
+  }
   auto started = std::chrono::steady_clock::now();
   std::optional<SpawnedSandbox> spawned;
   if (pool_) spawned = pool_->take(config);
@@ -273,6 +317,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
     remove_dir(spawned->dir);
     return failed(attached.error());
   }
+  install_trust(*sandbox);
   if (auto persisted = persist(*sandbox); !persisted) {
     if (network_) network_->detach(spawned->id);
     (void)sandbox->live().destroy();
@@ -430,6 +475,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::replace(
     forget(old);
     return failed(attached.error());
   }
+  install_trust(*sandbox);
   sandbox->inherit_processes(*old);
   if (auto persisted = persist(*sandbox); !persisted) {
     (void)sandbox->live().destroy();
@@ -478,6 +524,7 @@ ServiceResult<void> SandboxRegistry::set_network_policy(Sandbox& sandbox,
     if (auto set = network_->set_policy(sandbox.id(), policy); !set) return set;
   }
   sandbox.set_network(policy);
+  install_trust(sandbox);  // the placeholders of secrets the new rules name
   if (auto persisted = persist(sandbox); !persisted) return persisted;
   sandbox.log().add({{"event", "network_policy"}, {"network", network_to_json(policy)}});
   return {};

@@ -133,6 +133,9 @@ class SandboxRegistry {
                               const LiveSandbox& live, const net::Policy& policy,
                               std::optional<service::PreparedEgress> prepared = std::nullopt) const;
   void discard(SpawnedSandbox& spawned);
+  // The sandbox's side of credential injection, after its network is attached: the trust
+  // bundle written into it and the variables that name it (Sandbox::network_env).
+  void install_trust(Sandbox& sandbox) const;
   // The one teardown sequence: stop_processes(), then unregister, remove the dir, tell the
   // on-destroyed hook, log. Fails only where stop_processes() does, before anything is removed.
   Result<void> teardown(const std::shared_ptr<Sandbox>& sandbox, const std::string& reason);

@@ -16,6 +16,8 @@
 #include "net/engine/dns_stub.h"
 #include "net/engine/relay.h"
 #include "net/engine/sandbox.h"
+#include "net/tls/client_context.h"
+#include "net/tls/server_context.h"
 
 namespace hutch::net {
 namespace {
@@ -271,6 +273,17 @@ struct Engine::Impl {
     done.get_future().wait();
   }
 
+  // One TLS client context for every sandbox's upstreams, made on first use.
+  Result<std::shared_ptr<asio::ssl::context>> upstream_context() {
+    std::lock_guard lock(mutex);
+    if (!upstream_tls) {
+      auto made = HUTCH_TRY(
+          tls::make_upstream_context({.ca_file = options.upstream_ca_file, .alpn = {"http/1.1"}}));
+      upstream_tls = std::make_shared<asio::ssl::context>(made.release());
+    }
+    return upstream_tls;
+  }
+
   std::shared_ptr<SandboxContext> find(const std::string& sandbox) const {
     std::lock_guard lock(mutex);
     auto found = sandboxes.find(sandbox);
@@ -286,6 +299,7 @@ struct Engine::Impl {
   asio::executor_work_guard<asio::io_context::executor_type> work;
   mutable std::mutex mutex;  // guards sandboxes
   std::map<std::string, std::shared_ptr<SandboxContext>> sandboxes;
+  std::shared_ptr<asio::ssl::context> upstream_tls;  // guarded by mutex
   std::vector<std::thread> threads;
 };
 
@@ -313,10 +327,19 @@ Engine::~Engine() {
 }
 
 Result<void> Engine::attach(const std::string& sandbox, EgressListeners listeners, Policy policy,
-                            std::map<Address, std::string> known_names) {
+                            std::map<Address, std::string> known_names,
+                            std::optional<SandboxInjection> injection) {
   auto context =
       std::make_shared<SandboxContext>(sandbox, asio::make_strand(impl_->io), impl_->options,
                                        impl_->log, impl_->resolver, impl_->gate);
+  if (injection) {
+    // HTTP/1.1 only on both sides: the relay reads and rewrites HTTP/1.1 request heads.
+    auto server = HUTCH_TRY(tls::make_server_context(*injection->ca, {.alpn = {"http/1.1"}}));
+    context->server_tls = std::make_shared<asio::ssl::context>(server.release());
+    context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
+    context->ca = std::move(injection->ca);
+    context->placeholder_key = injection->placeholder_key;
+  }
   context->policy = std::make_shared<const Policy>(std::move(policy));
   for (const auto& [address, name] : known_names) {
     HUTCH_TRY(context->fake_names.add_known(address, name));

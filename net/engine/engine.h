@@ -21,7 +21,9 @@
 #include "net/address.h"
 #include "net/egress_path.h"
 #include "net/floor.h"
+#include "net/inject.h"
 #include "net/policy.h"
+#include "net/tls/sandbox_ca.h"
 #include "runtime/base/error.h"
 #include "runtime/base/unique_fd.h"
 
@@ -66,6 +68,18 @@ struct EngineOptions {
   std::chrono::milliseconds first_bytes_timeout{10000};  // TLS hello / HTTP head
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  // Credential injection: the secrets' values, looked up for each request a rule applies to.
+  SecretLookup secrets;
+  // Tests only: upstreams of terminated connections are verified with this PEM file's CAs
+  // instead of the host's trust store.
+  std::optional<std::string> upstream_ca_file;
+};
+
+// A sandbox's side of credential injection: its CA (whose leaves the engine shows for the hosts
+// an inject rule names) and the key of its placeholders. Without one, TLS is never terminated.
+struct SandboxInjection {
+  std::shared_ptr<tls::SandboxCa> ca;
+  PlaceholderKey placeholder_key{};
 };
 
 struct SandboxNetStats {
@@ -97,7 +111,8 @@ class Engine {
   // name, as persisted before a restart (so connections to cached fake addresses still work).
   // Fails when the sandbox is attached already.
   Result<void> attach(const std::string& sandbox, EgressListeners listeners, Policy policy,
-                      std::map<Address, std::string> known_names = {});
+                      std::map<Address, std::string> known_names = {},
+                      std::optional<SandboxInjection> injection = std::nullopt);
   // The new policy applies to every later DNS query and connection (open ones keep running).
   Result<void> set_policy(const std::string& sandbox, Policy policy);
   // Closes the sandbox's listeners and connections; on return the engine holds no socket of the

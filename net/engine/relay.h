@@ -1,8 +1,11 @@
 // One TCP connection from a sandbox, from accept to close: learns its names (fake address, TLS
 // SNI, HTTP Host), decides, resolves and checks, dials the checked address and splices both ways.
+// For a TLS host an inject rule names (and a sandbox with a CA), it terminates TLS on both sides
+// instead, reads each HTTP/1.1 request head, sets the rules' headers and forwards.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
@@ -47,6 +50,13 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void on_connected();
   void splice(bool up);
   void arm_idle_timer();
+  // Terminated connections (net/inject.h): handshakes, then one request head at a time.
+  void terminate_tls();
+  void read_request_head();
+  void on_request_head(size_t head_size);
+  void forward_body();
+  void splice_tls_down();
+  void refuse_request(std::string reason);
   void deny(Decision decision);
   void finish(std::string reason, bool reset);
   void count_decision(bool allowed);
@@ -66,6 +76,11 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   std::optional<Address> host_address_;  // an IP-literal Host
   std::string http_host_;                // the Host as the 403 names it
   ConnectionLog log_;
+  using TlsStream = asio::ssl::stream<asio::ip::tcp::socket&>;
+  bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
+  std::optional<TlsStream> client_tls_, upstream_tls_;
+  size_t pending_ = 0;      // terminated: bytes read from the sandbox not yet handled
+  uint64_t body_left_ = 0;  // terminated: bytes of the current request's body still to forward
 };
 
 }  // namespace hutch::net

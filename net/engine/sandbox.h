@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/strand.hpp>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,14 @@ struct SandboxContext {
   const Engine::LogSink& log;
   const std::shared_ptr<Resolver> resolver;
   const std::shared_ptr<Gate> gate;
+
+  // Credential injection, set before the listeners start and constant after: the sandbox's CA,
+  // the TLS server that shows its leaves, the TLS client for upstreams, the placeholders' key.
+  // `ca` null: the sandbox has no CA and nothing of it is terminated.
+  std::shared_ptr<tls::SandboxCa> ca;
+  std::shared_ptr<asio::ssl::context> server_tls;
+  std::shared_ptr<asio::ssl::context> upstream_tls;
+  PlaceholderKey placeholder_key{};
 
   std::shared_ptr<const Policy> current_policy() const {
     std::lock_guard lock(mutex);

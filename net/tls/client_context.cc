@@ -39,23 +39,27 @@ Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options) {
 }
 
 Result<SslPtr> make_upstream_ssl(SSL_CTX* context, std::string_view host) {
-  const std::string name(host);
   SslPtr ssl(SSL_new(context));
-  if (!ssl) return openssl_error("SSL_new", name);
-  SSL_set_connect_state(ssl.get());
+  if (!ssl) return openssl_error("SSL_new", std::string(host));
+  HUTCH_TRY(configure_upstream_ssl(ssl.get(), host));
+  return ssl;
+}
+
+Result<void> configure_upstream_ssl(SSL* ssl, std::string_view host) {
+  const std::string name(host);
+  SSL_set_connect_state(ssl);
   // Partial wildcards ("a*.example.com") are not accepted as a match.
-  SSL_set_hostflags(ssl.get(), X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+  SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
   if (Address::parse(name)) {
-    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl.get()), name.c_str()) != 1) {
+    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) != 1) {
       return openssl_error("X509_VERIFY_PARAM_set1_ip_asc", name);
     }
-    return ssl;
+    return {};
   }
-  if (SSL_set1_host(ssl.get(), name.c_str()) != 1 ||
-      SSL_set_tlsext_host_name(ssl.get(), name.c_str()) != 1) {
+  if (SSL_set1_host(ssl, name.c_str()) != 1 || SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) {
     return openssl_error("SSL_set1_host", name);
   }
-  return ssl;
+  return {};
 }
 
 }  // namespace hutch::net::tls

@@ -26,5 +26,7 @@ Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options = {});
 // An SSL for one upstream connection to `host` (a normalised name, or an IP literal: then the
 // certificate must name that address and no SNI is sent, RFC 6066 3), in client mode.
 Result<SslPtr> make_upstream_ssl(SSL_CTX* context, std::string_view host);
+// The same settings on an SSL made elsewhere (an asio::ssl::stream's).
+Result<void> configure_upstream_ssl(SSL* ssl, std::string_view host);
 
 }  // namespace hutch::net::tls

@@ -1,0 +1,33 @@
+// The placeholders' HMAC (net/inject.h), apart from the rest of inject.cc so that what parses
+// rules (the policy's JSON, linked into the static zygote) links no OpenSSL.
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "net/inject.h"
+
+namespace hutch::net {
+
+Result<PlaceholderKey> new_placeholder_key() {
+  PlaceholderKey key;
+  if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1) {
+    return plain_error("RAND_bytes", "placeholder key");
+  }
+  return key;
+}
+
+std::string placeholder_for(const PlaceholderKey& key, std::string_view secret) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), digest, &size);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text = std::string(kPlaceholderPrefix) + std::string(secret) + "-";
+  for (unsigned i = 0; i < 16; ++i) {
+    text += kHex[digest[i] >> 4];
+    text += kHex[digest[i] & 0xf];
+  }
+  return text;
+}
+
+}  // namespace hutch::net
