@@ -15,8 +15,9 @@ namespace {
 
 // The verbs that talk to hutchd are served by the helper hutch-client (helper_path): it
 // links cpp-httplib, which exists only as a shared library, and hutch stays static.
-constexpr std::string_view kClientVerbs[] = {"create", "ls",    "inspect", "exec", "cp",
-                                             "rm",     "pause", "resume",  "logs", "port-forward"};
+constexpr std::string_view kClientVerbs[] = {"create", "ls",           "inspect", "exec",
+                                             "cp",     "rm",           "pause",   "resume",
+                                             "logs",   "port-forward", "shell"};
 
 }  // namespace
 

@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +66,44 @@ std::string_view CappedBuffer::admit(std::string_view data) {
   return data;
 }
 
+Result<ExecSession> ExecSession::start_on_pty(const LiveSandbox& sandbox, const ExecStart& start) {
+  if (start.stdin_data) return plain_error("exec", "a pty takes input as writes, not stdin data");
+  ExecRequest request;
+  request.argv = start.argv;
+  request.env = start.env;
+  request.workdir = start.workdir;
+  request.survive_disconnect = start.survive_disconnect;
+  request.pty = start.pty;
+  auto process = sandbox.exec(request);
+  if (!process) return std::unexpected(process.error());
+  UniqueFd master = process->take_pty_master();
+  // No master: the pty could not be made; the session only reports the exit (start_error).
+  if (!master)
+    return ExecSession(std::move(*process), UniqueFd(), UniqueFd(), UniqueFd(), "", UniqueFd());
+  // One open file description, three fds: reading, writing and resizing each close on their own.
+  UniqueFd out(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+  if (!out) return sys_error("fcntl", "F_DUPFD_CLOEXEC of a pty master");
+  UniqueFd in(fcntl(master.get(), F_DUPFD_CLOEXEC, 0));
+  if (!in) return sys_error("fcntl", "F_DUPFD_CLOEXEC of a pty master");
+  set_nonblocking(master.get());
+  return ExecSession(std::move(*process), std::move(out), UniqueFd(), std::move(in), "",
+                     std::move(master));
+}
+
+Result<void> ExecSession::resize(PtySize size) {
+  if (!pty_master_) return plain_error("resize", "the process has no pty");
+  winsize ws{};
+  ws.ws_col = size.cols;
+  ws.ws_row = size.rows;
+  if (ioctl(pty_master_.get(), TIOCSWINSZ, &ws) != 0)
+    return sys_error("ioctl", "TIOCSWINSZ " + std::to_string(size.cols) + "x" +
+                                  std::to_string(size.rows) + " on the pty of " +
+                                  std::to_string(pid()));
+  return {};
+}
+
 Result<ExecSession> ExecSession::start(const LiveSandbox& sandbox, const ExecStart& start) {
+  if (start.pty) return start_on_pty(sandbox, start);
   auto out = make_pipe();
   if (!out) return std::unexpected(out.error());
   auto err = make_pipe();
@@ -96,7 +135,7 @@ Result<ExecSession> ExecSession::start(const LiveSandbox& sandbox, const ExecSta
   set_nonblocking(out->first.get());
   set_nonblocking(err->first.get());
   return ExecSession(std::move(*process), std::move(out->first), std::move(err->first),
-                     std::move(stdin_write), start.stdin_data.value_or(""));
+                     std::move(stdin_write), start.stdin_data.value_or(""), UniqueFd());
 }
 
 Result<std::optional<ExecExit>> ExecSession::poll_exit() {
@@ -222,6 +261,7 @@ Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSa
   std::shared_ptr<BackgroundProcess> process(
       new BackgroundProcess(std::move(*session), start.argv, dir, cap_bytes));
   process->on_exit_ = std::move(on_exit);
+  if (process->has_pty()) process->pty_size_ = start.pty;
   if (start.stdin_data && !start.stdin_data->empty()) {
     auto written = process->write_stdin(*start.stdin_data, false);
     if (!written) return std::unexpected(written.error());
@@ -258,6 +298,7 @@ void BackgroundProcess::pump() {
       if (n <= 0) break;
       kept.remove_prefix(static_cast<size_t>(n));
     }
+    changed_.notify_all();  // followers (wait_output)
     return true;
   };
   ExecOutcome outcome = session_.run(std::nullopt, sink);
@@ -278,6 +319,7 @@ ProcessStatus BackgroundProcess::status() const {
   status.argv = argv_;
   status.started_at = iso8601(started_at_);
   status.running = running_;
+  status.pty = pty_size_;
   if (!running_) {
     status.exit_code = outcome_.exit_code;
     status.term_signal = outcome_.term_signal;
@@ -331,6 +373,20 @@ Result<OutputChunk> BackgroundProcess::read_output(OutputStream stream, uint64_t
   chunk.next_offset = offset + chunk.data.size();
   chunk.eof = pumped && chunk.next_offset >= size;
   return chunk;
+}
+
+void BackgroundProcess::wait_output(OutputStream stream, uint64_t offset,
+                                    std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  const CappedBuffer& cap = stream == OutputStream::kStdout ? out_cap_ : err_cap_;
+  changed_.wait_for(lock, timeout, [&] { return pumped_ || cap.kept > offset; });
+}
+
+Result<void> BackgroundProcess::resize(PtySize size) {
+  HUTCH_TRY(session_.resize(size));
+  std::lock_guard lock(mutex_);
+  pty_size_ = size;
+  return {};
 }
 
 Result<bool> BackgroundProcess::write_stdin(std::string_view data, bool eof) {

@@ -40,9 +40,12 @@ struct ExecStart {
   std::optional<std::string> stdin_data;  // nullopt: /dev/null
   bool keep_stdin_open = false;           // background: the daemon keeps a stdin pipe
   bool survive_disconnect = false;
+  // Set: stdin, stdout and stderr are one pseudo-terminal's (ExecRequest::pty); its output comes
+  // as kStdout, and stdin_data is refused.
+  std::optional<PtySize> pty;
 };
 
-// A started command with its pipes.
+// A started command with its pipes (or its pty's master).
 class ExecSession {
  public:
   static Result<ExecSession> start(const LiveSandbox& sandbox, const ExecStart& start);
@@ -61,14 +64,21 @@ class ExecSession {
   Result<void> kill_tree();
   UniqueFd take_stdin() { return std::move(stdin_); }
   std::chrono::steady_clock::time_point started() const { return started_; }
+  // TIOCSWINSZ on the pty: the kernel sends SIGWINCH to its foreground process group. Errors:
+  // no pty (EINVAL-like plain error), the ioctl's.
+  Result<void> resize(PtySize size);
+  bool has_pty() const { return static_cast<bool>(pty_master_); }
 
  private:
-  ExecSession(ExecProcess process, UniqueFd out, UniqueFd err, UniqueFd in, std::string stdin_data)
+  ExecSession(ExecProcess process, UniqueFd out, UniqueFd err, UniqueFd in, std::string stdin_data,
+              UniqueFd pty_master)
       : process_(std::move(process)),
         stdout_(std::move(out)),
         stderr_(std::move(err)),
         stdin_(std::move(in)),
-        stdin_data_(std::move(stdin_data)) {}
+        stdin_data_(std::move(stdin_data)),
+        pty_master_(std::move(pty_master)) {}
+  static Result<ExecSession> start_on_pty(const LiveSandbox& sandbox, const ExecStart& start);
   Result<std::optional<ExecExit>> poll_exit();
   std::unique_ptr<std::mutex> process_mutex_ = std::make_unique<std::mutex>();
   ExecProcess process_;
@@ -76,6 +86,7 @@ class ExecSession {
   UniqueFd stderr_;
   UniqueFd stdin_;
   std::string stdin_data_;
+  UniqueFd pty_master_;  // a copy kept for resize: stdout_ and stdin_ close at EOF and EPIPE
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
@@ -98,6 +109,7 @@ struct ProcessStatus {
   int term_signal = 0;
   std::optional<std::string> start_error;
   int64_t duration_ms = 0;
+  std::optional<PtySize> pty;  // the current size, for a process on a pty
 };
 
 struct OutputChunk {
@@ -125,6 +137,11 @@ class BackgroundProcess {
   // Waits until the pump thread is done (the output files are complete).
   bool wait_pumped(std::chrono::milliseconds timeout) const;
   Result<OutputChunk> read_output(OutputStream stream, uint64_t offset, uint64_t limit) const;
+  // Waits until `stream` has more than `offset` bytes, the output is complete, or `timeout`
+  // passes: a follower's wait.
+  void wait_output(OutputStream stream, uint64_t offset, std::chrono::milliseconds timeout) const;
+  Result<void> resize(PtySize size);
+  bool has_pty() const { return session_.has_pty(); }
   // Writes to the process's stdin (bounded wait); eof closes it. false: stdin is closed.
   Result<bool> write_stdin(std::string_view data, bool eof);
   Result<void> signal(int sig);
@@ -153,6 +170,7 @@ class BackgroundProcess {
   bool running_ = true;
   bool pumped_ = false;
   ExecOutcome outcome_;
+  std::optional<PtySize> pty_size_;
 };
 
 }  // namespace hutch::daemon

@@ -1,5 +1,8 @@
 // POST /v1/sandboxes/{id}/exec (buffered, streamed, background), the HasteKit aliases, and the
-// background process routes: each decodes, calls daemon/service/exec_service.h, encodes.
+// background process routes (PTYs among them: daemon/pty_routes.cc): each decodes, calls
+// daemon/service/exec_service.h, encodes.
+#include "daemon/exec_routes.h"
+
 #include "daemon/errors.h"
 #include "daemon/exec.h"
 #include "daemon/json_codec.h"
@@ -26,20 +29,6 @@ size_t utf8_complete_prefix(std::string_view data) {
     return need > back ? n - back : n;
   }
   return n;
-}
-
-json status_json(const ProcessStatus& status) {
-  json out = {
-      {"pid", status.pid},
-      {"state", status.running ? "running" : "exited"},
-      {"argv", status.argv},
-      {"started_at", status.started_at},
-      {"duration_ms", status.duration_ms},
-      {"exit_code", status.running ? json(nullptr) : json(status.exit_code)},
-      {"term_signal",
-       status.running || status.term_signal == 0 ? json(nullptr) : json(status.term_signal)}};
-  if (status.start_error) out["start_error"] = *status.start_error;
-  return out;
 }
 
 void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
@@ -118,6 +107,23 @@ void exec_route(DaemonContext& context, Call& call, const httplib::Request& req,
   buffered_exec(context, call, sandbox, options, res);
 }
 
+}  // namespace
+
+json status_json(const ProcessStatus& status) {
+  json out = {
+      {"pid", status.pid},
+      {"state", status.running ? "running" : "exited"},
+      {"argv", status.argv},
+      {"started_at", status.started_at},
+      {"duration_ms", status.duration_ms},
+      {"exit_code", status.running ? json(nullptr) : json(status.exit_code)},
+      {"term_signal",
+       status.running || status.term_signal == 0 ? json(nullptr) : json(status.term_signal)}};
+  if (status.start_error) out["start_error"] = *status.start_error;
+  if (status.pty) out["pty"] = {{"cols", status.pty->cols}, {"rows", status.pty->rows}};
+  return out;
+}
+
 uint64_t uint_param(const httplib::Request& req, const char* name, uint64_t fallback) {
   if (!req.has_param(name)) return fallback;
   std::string text = req.get_param_value(name);
@@ -125,8 +131,6 @@ uint64_t uint_param(const httplib::Request& req, const char* name, uint64_t fall
     throw bad_request(std::string(name) + " must be a non-negative integer");
   return std::stoull(text);
 }
-
-}  // namespace
 
 void add_exec_routes(Routes& routes, DaemonContext& context) {
   const std::string one = "/v1/sandboxes/([A-Za-z0-9_-]+)";

@@ -214,6 +214,12 @@ Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   header.argc = static_cast<uint32_t>(request.argv.size());
   header.envc = static_cast<uint32_t>(request.env.size());
   header.survive_disconnect = request.survive_disconnect ? 1 : 0;
+  if (request.pty) {
+    if (request.pty->cols == 0 || request.pty->rows == 0)
+      return plain_error("exec", "a pty needs at least one column and one row");
+    header.pty_cols = request.pty->cols;
+    header.pty_rows = request.pty->rows;
+  }
   std::memcpy(message.data(), &header, sizeof header);
   auto add = [&](const std::string& text) -> bool {
     if (text.find('\0') != std::string::npos) return false;
@@ -258,12 +264,15 @@ Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   }
   if (ready == 0) return plain_error("exec", "the sandbox did not start the command in time");
   ExecEvent event{};
-  ssize_t n = recv(conn->get(), &event, sizeof event, 0);
-  if (n != sizeof event || event.kind != ExecEvent::Kind::kStarted) {
+  int master = -1;
+  int fd_count = request.pty ? 1 : 0;
+  long n = recv_with_fds(conn->get(), &event, sizeof event, &master, &fd_count);
+  UniqueFd pty_master(fd_count == 1 ? master : -1);
+  if (n != static_cast<long>(sizeof event) || event.kind != ExecEvent::Kind::kStarted) {
     return plain_error("exec", alive() ? "the sandbox could not fork the command (pids limit?)"
                                        : "the sandbox is gone");
   }
-  return ExecProcess(std::move(*conn), event.pid);
+  return ExecProcess(std::move(*conn), event.pid, std::move(pty_master));
 }
 
 Result<std::optional<ExecExit>> ExecProcess::poll_exit() {

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,12 @@ Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds 
                                         const std::string& supervisor_socket,
                                         pid_t* stuck_supervisor = nullptr);
 
+// A terminal's size in character cells (TIOCSWINSZ).
+struct PtySize {
+  uint16_t cols = 80;
+  uint16_t rows = 24;
+};
+
 struct ExecRequest {
   std::vector<std::string> argv;  // argv[0] is searched in the sandbox's PATH (from env) if bare
   std::vector<std::string> env;   // complete environment, "K=V"
@@ -63,6 +70,10 @@ struct ExecRequest {
   // false: when the ExecProcess is destroyed (or hutchd dies) before the command ends, its whole
   // tree is killed. true (background processes): it keeps running.
   bool survive_disconnect = false;
+  // Set: the command runs on a new pseudo-terminal allocated by the sandbox's shim on the
+  // sandbox's own devpts (so `tty` inside names its /dev/pts/N), as its controlling terminal in a
+  // session of its own; the stdio fds above are ignored and ExecProcess holds the master.
+  std::optional<PtySize> pty;
 };
 
 struct ExecExit {
@@ -82,8 +93,12 @@ struct SnapshotStats {
 // One running command. Move-only; destroying it closes the connection to the shim.
 class ExecProcess {
  public:
-  ExecProcess(UniqueFd connection, pid_t pid) : connection_(std::move(connection)), pid_(pid) {}
+  ExecProcess(UniqueFd connection, pid_t pid, UniqueFd pty_master = {})
+      : connection_(std::move(connection)), pid_(pid), pty_master_(std::move(pty_master)) {}
   pid_t pid() const { return pid_; }  // in the sandbox's pid namespace
+  // The pty's master (O_CLOEXEC) for a request with `pty`; empty when the pty could not be made
+  // (poll_exit then reports why) or after the first call.
+  UniqueFd take_pty_master() { return std::move(pty_master_); }
   // Pollable (POLLIN): readable when the exit is known (or the shim vanished).
   int fd() const { return connection_.get(); }
   // Non-blocking: the exit once known, nullopt while the command runs. A shim that vanished
@@ -95,6 +110,7 @@ class ExecProcess {
  private:
   UniqueFd connection_;
   pid_t pid_;
+  UniqueFd pty_master_;
   std::optional<ExecExit> exit_;
 };
 

@@ -32,6 +32,7 @@ packages=(
   clang-format
   libboost1.81-dev libnftables-dev libmnl-dev
   nftables iproute2 curl dnsutils git python3-pip
+  tmux  # a real terminal for the `hutch shell` test (tests/daemon/pty_test.cc)
 )
 
 missing=()

@@ -145,6 +145,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"stdout", "stderr"}));
   logs_cmd->add_flag("-f,--follow", output.follow, "Follow until the process exits (with PID)");
 
+  std::string shell_id;
+  std::vector<std::string> shell_argv;
+  CLI::App* shell_cmd = app.add_subcommand(
+      "shell", "An interactive terminal in a sandbox (its /bin/sh, or CMD); exits with its status");
+  shell_cmd->add_option("id", shell_id, "Sandbox id")->required();
+  shell_cmd->add_option("command", shell_argv, "CMD [ARGS...] (after --)");
+
   std::string forward_id;
   uint16_t forward_port = 0, forward_local_port = 0;
   CLI::App* forward_cmd = app.add_subcommand(
@@ -190,6 +197,7 @@ int main(int argc, char** argv) {
   if (forward_cmd->parsed())
     return port_forward(endpoint, forward_id, forward_port,
                         forward_local_port == 0 ? forward_port : forward_local_port);
+  if (shell_cmd->parsed()) return open_shell(endpoint, shell_id, shell_argv);
   if (rm_cmd->parsed()) return remove_sandboxes(daemon, rm_ids);
   if (pause_cmd->parsed()) return change_sandbox_state(daemon, pause_id, "pause");
   if (resume_cmd->parsed()) return change_sandbox_state(daemon, resume_id, "resume");

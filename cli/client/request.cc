@@ -1,5 +1,6 @@
 #include "cli/client/request.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <cstdio>
@@ -276,6 +277,21 @@ std::optional<std::string> base64_decode(std::string_view text) {
     out += static_cast<char>(bits >> 16 & 0xFF);
     if (pad < 2) out += static_cast<char>(bits >> 8 & 0xFF);
     if (pad < 1) out += static_cast<char>(bits & 0xFF);
+  }
+  return out;
+}
+
+std::string base64_encode(std::string_view data) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < data.size(); i += 3) {
+    size_t n = std::min<size_t>(3, data.size() - i);
+    uint32_t bits = 0;
+    for (size_t j = 0; j < 3; ++j)
+      bits = bits << 8 | (j < n ? static_cast<unsigned char>(data[i + j]) : 0u);
+    for (size_t j = 0; j < 4; ++j) out += j <= n ? kAlphabet[bits >> (18 - 6 * j) & 0x3F] : '=';
   }
   return out;
 }

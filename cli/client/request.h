@@ -88,6 +88,8 @@ Error daemon_error(int status, std::string_view body);
 
 // Standard base64 (with padding) as hutchd's ?encoding=base64 sends it; nullopt when malformed.
 std::optional<std::string> base64_decode(std::string_view text);
+// Standard base64 with padding (the data_base64 of a pty's input).
+std::string base64_encode(std::string_view data);
 
 // Splits a byte stream into lines as chunks arrive (the NDJSON of a streamed exec).
 class LineSplitter {

@@ -40,6 +40,11 @@ int show_process_output(Connection& daemon, const ProcessOutputOptions& options)
 // options.background prints the pid.
 int exec_command(Connection& daemon, const std::string& id, const ExecOptions& options, bool json);
 
+// An interactive terminal on a pty of the sandbox running `argv` (empty: its /bin/sh), with this
+// terminal raw and resizes followed; returns the process's exit status.
+int open_shell(const Endpoint& endpoint, const std::string& id,
+               const std::vector<std::string>& argv);
+
 int copy_file(Connection& daemon, const std::string& source, const std::string& destination);
 
 // Listens on 127.0.0.1:local_port and tunnels each connection to the sandbox's port through

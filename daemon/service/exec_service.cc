@@ -100,21 +100,22 @@ ServiceResult<StreamedExec> start_streamed_exec(const std::shared_ptr<Sandbox>& 
 
 ServiceResult<std::shared_ptr<BackgroundProcess>> start_background_exec(
     const std::shared_ptr<Sandbox>& sandbox, const ExecOptions& options,
-    const std::string& request_id, uint64_t output_cap) {
+    const std::string& request_id, uint64_t output_cap, std::optional<PtySize> pty) {
   if (auto runnable = begin_exec(*sandbox, options, request_id); !runnable)
     return std::unexpected(runnable.error());
   std::weak_ptr<Sandbox> weak = sandbox;
-  auto process =
-      BackgroundProcess::start(sandbox->live(), exec_start(options, *sandbox), sandbox->dir(),
-                               output_cap, [weak](const ProcessStatus& status) {
-                                 if (auto owner = weak.lock()) {
-                                   owner->touch();  // the idle TTL counts from the process's end
-                                   owner->log().add({{"event", "process_exited"},
-                                                     {"pid", status.pid},
-                                                     {"exit_code", status.exit_code},
-                                                     {"duration_ms", status.duration_ms}});
-                                 }
-                               });
+  ExecStart start = exec_start(options, *sandbox);
+  start.pty = pty;
+  auto process = BackgroundProcess::start(
+      sandbox->live(), start, sandbox->dir(), output_cap, [weak](const ProcessStatus& status) {
+        if (auto owner = weak.lock()) {
+          owner->touch();  // the idle TTL counts from the process's end
+          owner->log().add({{"event", "process_exited"},
+                            {"pid", status.pid},
+                            {"exit_code", status.exit_code},
+                            {"duration_ms", status.duration_ms}});
+        }
+      });
   if (!process) return std::unexpected(service::from_runtime(process.error()));
   sandbox->add_process(*process);
   sandbox->log().add({{"event", "process_started"},

@@ -46,10 +46,11 @@ service::ServiceResult<StreamedExec> start_streamed_exec(const std::shared_ptr<S
 void finish_exec(Sandbox& sandbox, const std::string& request_id, const ExecOptions& options,
                  const ExecOutcome& outcome, Metrics& metrics);
 // A background process, registered with the sandbox (its exit is logged and counts as activity).
-// `output_cap`: bytes of each stream kept on disk.
+// `output_cap`: bytes of each stream kept on disk. `pty`: on a pseudo-terminal of that size
+// (ExecStart::pty), its output as stdout.
 service::ServiceResult<std::shared_ptr<BackgroundProcess>> start_background_exec(
     const std::shared_ptr<Sandbox>& sandbox, const ExecOptions& options,
-    const std::string& request_id, uint64_t output_cap);
+    const std::string& request_id, uint64_t output_cap, std::optional<PtySize> pty = std::nullopt);
 
 // The sandbox's background process `pid` (as the route's text). Errors: process_not_found.
 service::ServiceResult<std::shared_ptr<BackgroundProcess>> find_process(const Sandbox& sandbox,

@@ -15,6 +15,10 @@ struct ExecRequestHeader {
   uint32_t argc = 0;
   uint32_t envc = 0;
   uint32_t survive_disconnect = 0;
+  // Non-zero: the command runs on a new pseudo-terminal of the sandbox's devpts of this size,
+  // and the received stdio fds are unused (/dev/null).
+  uint32_t pty_cols = 0;
+  uint32_t pty_rows = 0;
 };
 // The whole request message, header included: argv+env above this fail with E2BIG at the client.
 constexpr uint32_t kMaxExecRequestBytes = 1024 * 1024;
@@ -26,7 +30,9 @@ struct ExecControl {
   int32_t signal;
 };
 
-// shim -> client: kStarted (pid) exactly once, then kExited once.
+// shim -> client: kStarted (pid) exactly once, then kExited once. With a pty, kStarted carries
+// its master (SCM_RIGHTS); a kStarted without one means the pty could not be made, and kExited
+// follows with the reason in start_error.
 struct ExecEvent {
   enum class Kind : uint32_t { kStarted = 1, kExited };
   Kind kind;

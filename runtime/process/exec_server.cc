@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +45,7 @@ struct Command {
   std::vector<std::string> path_dirs;
   std::vector<const char*> path_dir_ptrs;  // null-terminated, into path_dirs
   bool survive_disconnect = false;
+  winsize pty_size{};  // ws_col 0: no pty
   int stdio[3] = {-1, -1, -1};
 };
 
@@ -77,6 +80,11 @@ bool receive_command(int conn, Command& command) {
   std::memcpy(&header, command.buffer.data(), sizeof header);
   if (header.magic != ExecRequestHeader::kMagic || header.argc == 0) return false;
   command.survive_disconnect = header.survive_disconnect != 0;
+  if ((header.pty_cols == 0) != (header.pty_rows == 0) || header.pty_cols > USHRT_MAX ||
+      header.pty_rows > USHRT_MAX)
+    return false;
+  command.pty_size.ws_col = static_cast<unsigned short>(header.pty_cols);
+  command.pty_size.ws_row = static_cast<unsigned short>(header.pty_rows);
   // The strings: argc + envc + 1 NUL-terminated entries, nothing after them.
   char* cursor = command.buffer.data() + sizeof header;
   char* const end = command.buffer.data() + n;
@@ -140,6 +148,10 @@ bool receive_command(int conn, Command& command) {
   for (int target = 0; target < 3; ++target) {
     if (dup2(command.stdio[target], target) < 0) fail_start(report_fd, "dup2", errno, "stdio");
   }
+  // A pty becomes the new session's controlling terminal: job control, ^C and SIGWINCH reach
+  // its foreground process group.
+  if (command.pty_size.ws_col != 0 && ioctl(STDIN_FILENO, TIOCSCTTY, 0) != 0)
+    fail_start(report_fd, "ioctl", errno, "TIOCSCTTY");
   if (chdir(command.workdir) != 0) fail_start(report_fd, "chdir", errno, command.workdir);
   // Nothing of the runtime's reaches the command: the connection and the report pipe included.
   close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -182,6 +194,11 @@ class Shim {
     Command command;
     if (signals_ < 0 || !receive_command(conn_, command)) _exit(1);
     survive_disconnect_ = command.survive_disconnect;
+    StartFailure pty_failure{};
+    if (command.pty_size.ws_col != 0 && !open_pty(command, pty_failure)) {
+      send_event(ExecEvent::Kind::kStarted, 0, 0, "");
+      finish_failed(pty_failure);
+    }
 
     int report[2];
     if (pipe2(report, O_CLOEXEC) != 0) _exit(1);
@@ -191,6 +208,7 @@ class Shim {
     close(report[1]);
     for (int fd : command.stdio) close(fd);
     if (command_ < 0) {
+      close(pty_master_);
       StartFailure failure{};
       append_cstr(failure.step, sizeof failure.step, "fork");
       finish_failed(failure);
@@ -198,12 +216,42 @@ class Shim {
     StartFailure failure{};
     ssize_t n = read(report[0], &failure, sizeof failure);
     close(report[0]);
-    send_event(ExecEvent::Kind::kStarted, 0, 0, "");
+    send_event(ExecEvent::Kind::kStarted, 0, 0, "", pty_master_);
+    // The client holds the master now: the pty ends with the command or with the client.
+    close(pty_master_);
     if (n == sizeof failure) finish_failed(failure);
     serve();
   }
 
  private:
+  // A pty of this sandbox's devpts instance (its /dev/ptmx is pts/ptmx, runtime/fs/mount_plan.cc)
+  // replaces the command's stdio. The slave comes from TIOCGPTPEER (Linux 4.13), not from a path
+  // lookup of /dev/pts/N, which a process in the sandbox could race.
+  bool open_pty(Command& command, StartFailure& failure) {
+    auto fail = [&](const char* step) {
+      failure.err = errno;
+      append_cstr(failure.step, sizeof failure.step, step);
+      return false;
+    };
+    pty_master_ = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (pty_master_ < 0) return fail("open ptmx");
+    int unlock = 0;
+    if (ioctl(pty_master_, TIOCSPTLCK, &unlock) != 0) return fail("TIOCSPTLCK");
+    if (ioctl(pty_master_, TIOCSWINSZ, &command.pty_size) != 0) return fail("TIOCSWINSZ");
+    int slave = ioctl(pty_master_, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave < 0) return fail("TIOCGPTPEER");
+    for (int& fd : command.stdio) {
+      close(fd);
+      fd = -1;
+    }
+    command.stdio[0] = slave;
+    for (int target : {1, 2}) {
+      command.stdio[target] = fcntl(slave, F_DUPFD_CLOEXEC, 0);
+      if (command.stdio[target] < 0) return fail("dup slave");
+    }
+    return true;
+  }
+
   [[noreturn]] void finish_failed(const StartFailure& failure) {
     int status = 0;
     if (command_ > 0) waitpid(command_, &status, 0);
@@ -270,18 +318,20 @@ class Shim {
     }
   }
 
-  void send_event(ExecEvent::Kind kind, int exit_code, int term_signal, const char* error) {
+  void send_event(ExecEvent::Kind kind, int exit_code, int term_signal, const char* error,
+                  int fd = -1) {
     ExecEvent event{};
     event.kind = kind;
     event.pid = command_;
     event.exit_code = exit_code;
     event.term_signal = term_signal;
     append_cstr(event.start_error, sizeof event.start_error, error);
-    (void)!send(conn_, &event, sizeof event, MSG_NOSIGNAL);
+    (void)send_with_fds(conn_, &event, sizeof event, &fd, fd >= 0 ? 1 : 0);
   }
 
   int conn_;
   int signals_ = -1;
+  int pty_master_ = -1;
   pid_t command_ = -1;
   int status_ = 0;
   bool exited_ = false;

@@ -219,6 +219,17 @@ TEST(Base64, DecodesWithAndWithoutPadding) {
     EXPECT_FALSE(base64_decode(bad)) << bad;
 }
 
+TEST(Base64, EncodesWithPaddingAndRoundTrips) {
+  EXPECT_EQ(base64_encode(""), "");
+  EXPECT_EQ(base64_encode("f"), "Zg==");
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_encode("foo"), "Zm9v");
+  EXPECT_EQ(base64_encode("\xfb\xff\xbf"), "+/+/");
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  EXPECT_EQ(base64_decode(base64_encode(bytes)).value_or(""), bytes);
+}
+
 TEST(LineSplitter, ReassemblesLinesAcrossChunks) {
   LineSplitter lines;
   EXPECT_TRUE(lines.feed("{\"std").empty());

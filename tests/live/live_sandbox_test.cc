@@ -183,6 +183,33 @@ TEST_F(LiveSandboxTest, CommandsThatCannotStartReport127And126) {
   EXPECT_NE(exit.start_error->find("chdir"), std::string::npos);
 }
 
+// A pty is made by the shim on the sandbox's devpts: the master comes back with kStarted, the
+// command sees the slave as its controlling terminal (`tty`, and the kernel's view: tty_nr in
+// /proc/self/stat is set); a pty without a size is refused before it is sent.
+TEST_F(LiveSandboxTest, ExecOnAPtyOfTheSandboxDevpts) {
+  ExecRequest request;
+  request.argv = {"sh", "-c", "tty; stty size; cut -d' ' -f6,7 /proc/self/stat"};
+  request.pty = PtySize{77, 11};
+  auto process = sandbox_->exec(request);
+  ASSERT_TRUE(process) << process.error().message();
+  UniqueFd master = process->take_pty_master();
+  ASSERT_TRUE(master);
+  std::string out;
+  char buffer[4096];
+  ssize_t n;
+  // EIO once the slave's last holder is gone.
+  while ((n = read(master.get(), buffer, sizeof buffer)) > 0) out.append(buffer, n);
+  EXPECT_EQ(wait_exit(*process).exit_code, 0);
+  EXPECT_EQ(out.rfind("/dev/pts/", 0), 0u) << out;
+  EXPECT_NE(out.find("\r\n11 77\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find(" 0\r\n"), std::string::npos) << "tty_nr is 0: no controlling tty " << out;
+
+  ExecRequest no_rows;
+  no_rows.argv = {"true"};
+  no_rows.pty = PtySize{80, 0};
+  EXPECT_FALSE(sandbox_->exec(no_rows));
+}
+
 // Init keeps a spare shim forked ahead. With the pids limit reached there is neither a spare
 // nor room for the command: the exec fails with a reason, and works again once pids are free.
 TEST_F(LiveSandboxTest, ExecAtThePidsLimitFailsWithAReasonAndRecovers) {

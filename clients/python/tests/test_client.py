@@ -361,3 +361,31 @@ def test_errors_carry_the_request_id(client: hutch.Client) -> None:
     assert first.value.request_id != second.value.request_id
     assert "sb-000000000000" in first.value.message
     assert f"request={first.value.request_id}" in str(first.value)
+
+
+def _wait_for(pty: hutch.Pty, text: bytes) -> bytes:
+    deadline = time.monotonic() + 10
+    while text not in (screen := pty.output().data) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return screen
+
+
+def test_pty_terminal_size_resize_input_and_exit(sandbox: hutch.Sandbox) -> None:
+    term = sandbox.pty("trap 'stty size' WINCH; stty size; while :; do sleep 0.05; done",
+                       cols=90, rows=20)
+    assert isinstance(term, hutch.Process)
+    assert b"20 90\r\n" in _wait_for(term, b"20 90\r\n")
+    assert term.resize(100, 30).running
+    assert b"30 100\r\n" in _wait_for(term, b"30 100\r\n")
+    assert term.close().term_signal == 9
+
+    shell = sandbox.pty("read line; echo got:$line; exit 4")
+    assert shell.write("hello\r") == 6
+    assert shell.wait(timeout=10).exit_code == 4
+    assert b"got:hello\r\n" in shell.output().data
+    with pytest.raises(hutch.HutchError) as caught:
+        shell.write("late")
+    assert caught.value.status == 409
+    with pytest.raises(hutch.HutchError) as caught:
+        sandbox.pty(cols=0)
+    assert caught.value.status == 400

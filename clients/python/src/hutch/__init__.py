@@ -5,7 +5,7 @@
         print(sandbox.exec("echo hi").stdout)
 """
 
-from hutch.client import Client, ExecStream, Files, Process, Recipes, Sandbox
+from hutch.client import Client, ExecStream, Files, Process, Pty, Recipes, Sandbox
 from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFound, CommandError,
                           Conflict, FileNotFound, HutchConnectionError, HutchError,
                           InsufficientStorage, InvalidPath, IsDirectory, NoMatch, NotADirectory,
@@ -20,7 +20,7 @@ from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileRes
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Sandbox", "Process", "Files", "Recipes", "ExecStream",
+    "Client", "Sandbox", "Process", "Pty", "Files", "Recipes", "ExecStream",
     "HutchError", "HutchConnectionError", "ProtocolError", "BadRequest", "InvalidPath",
     "Unauthorized", "PermissionDenied", "NotFound", "SandboxNotFound", "ProcessNotFound",
     "FileNotFound", "RecipeNotFound", "CheckpointNotFound", "Conflict", "SandboxPaused",

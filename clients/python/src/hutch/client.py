@@ -316,6 +316,19 @@ class Sandbox:
         return [Process(self, int(p["pid"]), ProcessStatus.from_json(p))
                 for p in data["processes"]]
 
+    def pty(self, command: Command | None = None, *, cols: int = 80, rows: int = 24,
+            workdir: str | None = None, env: dict[str, str] | None = None) -> Pty:
+        """Starts `command` (default /bin/sh) on a pseudo-terminal of the sandbox (POST .../ptys)."""
+        body: dict[str, Any] = {"cols": cols, "rows": rows}
+        if command is not None:
+            body.update({"command": command} if isinstance(command, str) else {"argv": list(command)})
+        if workdir is not None:
+            body["workdir"] = workdir
+        if env:
+            body["env"] = env
+        status = ProcessStatus.from_json(self._call("POST", "/ptys", json_body=body))
+        return Pty(self, status.pid, status)
+
     def process(self, pid: int) -> Process:
         """Reconnects to background process `pid` (ProcessNotFound if hutchd has no record)."""
         process = Process(self, pid)
@@ -476,6 +489,26 @@ class Process:
                                              timeout=seconds + 60))
             if not status.running or (deadline is not None and time.monotonic() >= deadline):
                 return status
+
+
+class Pty(Process):
+    """A process on a pseudo-terminal: a background process (output, follow, wait, signal as
+    Process's; its terminal output is the "stdout" stream) that also takes keystrokes and resizes."""
+
+    def write(self, data: str | bytes) -> int:
+        """Sends bytes to the terminal as if typed ("\x03" is ^C)."""
+        raw = data.encode() if isinstance(data, str) else data
+        body = {"data_base64": base64.b64encode(raw).decode()}
+        return int(self.sandbox._call("POST", f"/ptys/{self.pid}/input", json_body=body)["written"])
+
+    def resize(self, cols: int, rows: int) -> ProcessStatus:
+        """Changes the terminal's size; its foreground process group gets SIGWINCH."""
+        return self._status(self.sandbox._call("POST", f"/ptys/{self.pid}/resize",
+                                               json_body={"cols": cols, "rows": rows}))
+
+    def close(self) -> ProcessStatus:
+        """Kills the process and all its descendants (DELETE .../ptys/{pid})."""
+        return self._status(self.sandbox._call("DELETE", f"/ptys/{self.pid}"))
 
 
 class Files:
