@@ -48,7 +48,7 @@ essential=$(dpkg-query -W -f='${Essential} ${db:Status-Status} ${Package}\n' |
   awk '$1 == "yes" && $2 == "installed" { print $3 }')
 packages="$essential python3 busybox-static mount cmake e2fsprogs erofs-utils libarchive13 mawk
   procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0 curl dnsutils nftables
-  git python3-pip apt dpkg-dev"
+  git python3-pip apt dpkg-dev tmux"
 if dpkg-query -W -f='${db:Status-Status}' nodejs 2>/dev/null | grep -qx installed; then
   packages+=" nodejs"
 fi

@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -15,6 +16,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -121,6 +123,31 @@ bool receive_command(int conn, Command& command) {
   return true;
 }
 
+// The signals this exec server found ignored when it started (inherited through the zygote and
+// the supervisor), bit sig - 1, which every command starts with at their default instead. Through
+// the raw syscall and a mask of ours: glibc's sigaction and sigaddset refuse 32 and 33, its
+// threads' signals, which a parent can have left ignored too.
+uint64_t ignored_at_start = 0;
+
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+
+bool signal_ignored(int sig) {
+  KernelSigaction current{};
+  return syscall(SYS_rt_sigaction, sig, nullptr, &current, sizeof current.mask) == 0 &&
+         current.handler == SIG_IGN;
+}
+
+void reset_to_default(int sig) {
+  KernelSigaction default_action{};
+  default_action.handler = SIG_DFL;
+  syscall(SYS_rt_sigaction, sig, &default_action, nullptr, sizeof default_action.mask);
+}
+
 // In the vfork child: only syscalls on this stack until execve or _exit.
 [[noreturn]] void fail_start(int report_fd, const char* step, int err, const char* what) {
   StartFailure failure{};
@@ -143,6 +170,11 @@ bool receive_command(int conn, Command& command) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  // An ignored signal stays ignored across execve: the supervisor's SIGPIPE, and whatever hutchd's
+  // own parent ignored. (vfork shares memory, not the signal handlers: only the child's change.)
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (ignored_at_start & (uint64_t{1} << (sig - 1))) reset_to_default(sig);
+  }
   // Its own session and process group, like a shell's job: signals to it do not reach the shim.
   setsid();
   for (int target = 0; target < 3; ++target) {
@@ -357,6 +389,9 @@ class Shim {
 }  // namespace
 
 [[noreturn]] void run_exec_server(int listen_fd, int sync_fd) {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (signal_ignored(sig)) ignored_at_start |= uint64_t{1} << (sig - 1);
+  }
   // The supervisor's stdio are host fds: the sandbox's /dev/null replaces them.
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {

@@ -47,6 +47,21 @@ TEST_F(DaemonTest, ExecArgvCommandAndExitCodes) {
   EXPECT_EQ(workdir["stdout"], "/tmp\n");
 }
 
+// The supervisor ignores SIGPIPE for itself; a command must start with every disposition at its
+// default (an ignored SIGPIPE survives execve), or `yes | head -1` would never end with SIGPIPE.
+TEST_F(DaemonTest, ExecsStartWithNoSignalIgnored) {
+  std::string id = create();
+  EXPECT_EQ(exec(id, {{"command", "grep SigIgn /proc/self/status"}})["stdout"],
+            "SigIgn:\t0000000000000000\n");
+  auto pipeline =
+      exec(id, {{"command", "yes | head -1; echo \"${PIPESTATUS:-}\""}, {"timeout_seconds", 10}});
+  EXPECT_EQ(pipeline["stdout"], "y\n\n");
+  EXPECT_EQ(pipeline["timed_out"], false);
+  auto bash = exec(id, {{"argv", {"bash", "-c", "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}"}},
+                        {"timeout_seconds", 10}});
+  EXPECT_EQ(bash["stdout"], "141\n") << "yes ended by SIGPIPE (128 + 13)";
+}
+
 TEST_F(DaemonTest, ExecStdinAndEnvironmentMerge) {
   std::string id = create({{"env", {{"FOO", "sandbox"}, {"BAR", "sandbox"}}}});
   auto piped = exec(id, {{"argv", {"cat"}}, {"stdin", std::string("line1\nline2\0zero", 17)}});
