@@ -449,6 +449,7 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
     : context_{std::move(options), registry, metrics, recipes}, routes_(context_) {
   add_lifecycle_routes(routes_, context_);
   add_exec_routes(routes_, context_);
+  add_session_routes(routes_, context_);
   add_file_routes(routes_, context_);
   add_network_routes(routes_, context_);
   add_layer_routes(routes_, registry, recipes);
