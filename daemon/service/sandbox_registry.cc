@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/service/host_mounts.h"
 #include "daemon/service/sandbox_record.h"
 #include "runtime/process/pidfd.h"
 
@@ -237,12 +238,15 @@ std::map<std::string, std::pair<size_t, size_t>> SandboxRegistry::pool_status() 
 
 // ---- create and lookups ----
 
-ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& config,
+ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& requested,
                                                                 const std::string& request_id) {
+  auto resolved = resolve_host_mounts(requested, mount_roots_);
+  if (!resolved) return std::unexpected(resolved.error());
+  const SandboxConfig& config = *resolved;
   if (auto checked = check_create_config(config); !checked) return std::unexpected(checked.error());
   auto started = std::chrono::steady_clock::now();
   std::optional<SpawnedSandbox> spawned;
-  if (pool_) spawned = pool_->take(config);
+  if (pool_ && config.mounts.empty()) spawned = pool_->take(config);
   const bool from_pool = spawned.has_value();
   if (!from_pool) {
     auto fresh = spawn(config, false);
