@@ -18,15 +18,16 @@ constexpr size_t kMaxSessionNameLength = 64;
 
 // $1 the state file, $2 the cwd, $3 the names to unset (valid env keys only, so plain word
 // splitting is safe), $4 the command. The trap keeps the command's exit status and writes
-// nothing to its stdout or stderr. A command killed by a signal (a timeout) runs no trap: the
-// state stays as it was.
+// nothing to its stdout or stderr; where `env -0` fails (a rootfs without it) it leaves no state
+// file, so a partial one can never unset the whole environment. A command killed by a signal (a
+// timeout) runs no trap: the state stays as it was.
 constexpr const char* kPrelude =
     "__hutch_state=$1\n"
     "cd -- \"$2\" 2>/dev/null || cd /\n"
     "for __hutch_name in $3; do unset \"$__hutch_name\"; done\n"
     "unset __hutch_name\n"
-    "trap '__hutch_rc=$?; { pwd; printf \"\\000\"; env -0; } >\"$__hutch_state\" 2>/dev/null; "
-    "exit \"$__hutch_rc\"' EXIT\n"
+    "trap '__hutch_rc=$?; { pwd && printf \"\\000\" && env -0; } >\"$__hutch_state\" 2>/dev/null "
+    "|| rm -f \"$__hutch_state\" 2>/dev/null; exit \"$__hutch_rc\"' EXIT\n"
     "__hutch_command=$4\n"
     "shift 4\n"
     "eval \"$__hutch_command\"\n";
