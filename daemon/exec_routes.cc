@@ -31,10 +31,9 @@ size_t utf8_complete_prefix(std::string_view data) {
   return n;
 }
 
-void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
-                   const ExecOptions& options, httplib::Response& res) {
-  BufferedExec result =
-      or_throw(run_buffered_exec(sandbox, options, call.request_id, context.metrics));
+}  // namespace
+
+void send_buffered_exec(const BufferedExec& result, httplib::Response& res) {
   json body = {{"stdout", result.out},
                {"stderr", result.err},
                {"exit_code", result.outcome.exit_code},
@@ -46,21 +45,18 @@ void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
   send_json(res, 200, body);
 }
 
-// NDJSON over a chunked response: {"stdout":…} and {"stderr":…} lines as output happens, then a
-// final {"exit_code":…} line. A client that disconnects makes the next write fail: the
-// command's tree is killed.
-void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
-                   const ExecOptions& options, httplib::Response& res) {
-  StreamedExec started = or_throw(start_streamed_exec(sandbox, options, call.request_id));
+void stream_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                 const ExecOptions& options, StreamedExec started, httplib::Response& res) {
   auto shared_session = started.session;
   auto deadline = started.deadline;
   auto guard = started.guard;
+  auto on_end = started.on_end;
   std::shared_ptr<void> slot = call.slot;
   std::string request_id = call.request_id;
   res.status = 200;
   res.set_chunked_content_provider(
       "application/x-ndjson", [&context, sandbox, options, shared_session, deadline, slot, guard,
-                               request_id](size_t, httplib::DataSink& sink) {
+                               on_end, request_id](size_t, httplib::DataSink& sink) {
         CappedBuffer out_cap(options.max_output_bytes), err_cap(options.max_output_bytes);
         std::string pending[2];
         auto emit = [&](OutputStream stream, std::string_view data, bool flush) {
@@ -78,6 +74,7 @@ void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
             deadline,
             [&](OutputStream stream, std::string_view data) { return emit(stream, data, false); });
         finish_exec(*sandbox, request_id, options, outcome, context.metrics);
+        if (on_end) on_end(outcome);
         if (outcome.aborted) return false;
         bool ok = emit(OutputStream::kStdout, {}, true) && emit(OutputStream::kStderr, {}, true);
         std::string last = dump_json({{"exit_code", outcome.exit_code},
@@ -89,6 +86,20 @@ void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<San
         if (ok) sink.done();
         return ok;
       });
+}
+
+namespace {
+
+void buffered_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                   const ExecOptions& options, httplib::Response& res) {
+  send_buffered_exec(
+      or_throw(run_buffered_exec(sandbox, options, call.request_id, context.metrics)), res);
+}
+
+void streamed_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,
+                   const ExecOptions& options, httplib::Response& res) {
+  stream_exec(context, call, sandbox, options,
+              or_throw(start_streamed_exec(sandbox, options, call.request_id)), res);
 }
 
 void background_exec(DaemonContext& context, Call& call, const std::shared_ptr<Sandbox>& sandbox,

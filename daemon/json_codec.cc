@@ -6,6 +6,7 @@
 #include "daemon/errors.h"
 #include "net/policy_json.h"
 #include "runtime/defaults.h"
+#include "runtime/fs/paths.h"
 
 namespace hutch::daemon {
 namespace {
@@ -65,7 +66,8 @@ SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
                                       "default_timeout_seconds",
                                       "network",
                                       "hostname",
-                                      "workdir"};
+                                      "workdir",
+                                      "mounts"};
   if (source == ConfigSource::kRecord) known.insert("layers");
   check_known_fields(body, known);
   if (auto rootfs = optional_string(body, "rootfs")) {
@@ -109,6 +111,20 @@ SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
   for (const auto& [key, value] : config.env) {
     if (!valid_env_key(key))
       throw bad_request("env key \"" + key + "\" is not [A-Za-z_][A-Za-z0-9_]*");
+  }
+  if (const json* mounts = optional_field(body, "mounts")) {
+    if (!mounts->is_array()) throw bad_request("mounts must be an array");
+    for (const json& entry : *mounts) {
+      require_object(entry, "a mounts entry");
+      check_known_fields(entry, {"source", "target", "readonly"});
+      HostMount mount{string_field(entry, "source"), string_field(entry, "target"),
+                      optional_bool(entry, "readonly").value_or(true)};
+      check_absolute_path(mount.source, "mounts source");
+      if (!is_normal_absolute(mount.target) || mount.target == "/")
+        throw bad_request("mounts target \"" + mount.target +
+                          "\" is not a normalized absolute path below /");
+      config.mounts.push_back(std::move(mount));
+    }
   }
   config.labels = string_map(body, "labels");
   for (const auto& [key, value] : config.labels) {
@@ -165,6 +181,13 @@ json config_to_json(const SandboxConfig& config) {
   };
   if (!config.recipe.empty()) out["recipe"] = config.recipe;
   if (!config.layer_digests.empty()) out["layers"] = config.layer_digests;
+  if (!config.mounts.empty()) {
+    json mounts = json::array();
+    for (const HostMount& mount : config.mounts)
+      mounts.push_back(
+          {{"source", mount.source}, {"target", mount.target}, {"readonly", mount.read_only}});
+    out["mounts"] = mounts;
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   CLI::App app{"hutchd: the hutch sandbox daemon (HTTP over a unix socket; see docs/api.md)"};
   ServerOptions options;
   std::string state_dir = "/var/lib/hutch";
+  std::vector<std::string> mount_roots;
   std::string listen;
   std::string token_file;
   bool destroy_on_exit = false;
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "File holding the bearer token for TCP clients");
   app.add_option("--state-dir", state_dir, "State directory (mode 0700)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--mount-root", mount_roots,
+                 "A host directory whose subdirectories a create's mounts may bind (repeatable)");
   app.add_option("--max-concurrent", options.max_concurrent,
                  "Requests in flight before 429 too_many_requests")
       ->check(CLI::Range(1, 100000));
@@ -267,6 +271,13 @@ int main(int argc, char** argv) {
   if (!network_service) return fail(network_service.error().message());
   SandboxRegistry registry(state_dir, cgroup_parent, *zygote, metrics);
   registry.set_network(network_service->get());
+  for (std::string& root : mount_roots) {
+    char canonical[PATH_MAX];
+    if (::realpath(root.c_str(), canonical) == nullptr)
+      return fail("--mount-root " + root + ": realpath: " + std::strerror(errno));
+    root = canonical;
+  }
+  registry.set_mount_roots(mount_roots);
   RecoveryReport recovered = registry.recover();
   spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
 

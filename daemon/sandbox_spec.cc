@@ -48,6 +48,8 @@ SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir
   spec.gid = kSandboxRoot;
   spec.ids = sandbox_id_map(config);
   spec.env = exec_environment(config.env, {});
+  for (const HostMount& mount : config.mounts)
+    spec.binds.push_back({mount.source, mount.target, mount.read_only});
   spec.workdir = config.workdir;
   spec.hostname = config.hostname;
   spec.net = net_mode_for(config.network.mode);

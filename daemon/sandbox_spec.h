@@ -26,6 +26,13 @@ struct SandboxLimits {
 };
 
 // What a client asked for in POST /v1/sandboxes, normalized (defaults filled in).
+// A host directory bound into the sandbox (daemon/service/host_mounts.h resolves `source`).
+struct HostMount {
+  std::string source;
+  std::string target;  // normalized absolute, below /
+  bool read_only = true;
+};
+
 struct SandboxConfig {
   // "host" or an absolute host directory (a read-only lower layer); with a recipe, the recipe's
   // base (a request's "rootfs": "recipe:NAME" is moved to `recipe`).
@@ -49,6 +56,7 @@ struct SandboxConfig {
   net::Policy network;
   std::string hostname = "hutch";
   std::string workdir = "/";
+  std::vector<HostMount> mounts;
 };
 
 // The host id map of a sandbox created from `config`.

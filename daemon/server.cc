@@ -450,6 +450,8 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
   add_lifecycle_routes(routes_, context_);
   add_exec_routes(routes_, context_);
   add_pty_routes(routes_, context_);
+  add_session_routes(routes_, context_);
+  add_watch_routes(routes_, context_);
   add_file_routes(routes_, context_);
   add_network_routes(routes_, context_);
   add_secret_routes(routes_, context_);

@@ -115,6 +115,8 @@ std::string sandbox_id(const httplib::Request& req);  // the first route group
 void add_lifecycle_routes(Routes& routes, DaemonContext& context);
 void add_exec_routes(Routes& routes, DaemonContext& context);
 void add_pty_routes(Routes& routes, DaemonContext& context);
+void add_session_routes(Routes& routes, DaemonContext& context);
+void add_watch_routes(Routes& routes, DaemonContext& context);
 void add_file_routes(Routes& routes, DaemonContext& context);
 void add_network_routes(Routes& routes, DaemonContext& context);
 void add_secret_routes(Routes& routes, DaemonContext& context);

@@ -95,7 +95,9 @@ ServiceResult<StreamedExec> start_streamed_exec(const std::shared_ptr<Sandbox>& 
   auto session = ExecSession::start(sandbox->live(), exec_start(options, *sandbox));
   if (!session) return std::unexpected(service::from_runtime(session.error()));
   return StreamedExec{std::make_shared<ExecSession>(std::move(*session)),
-                      exec_deadline(options, *sandbox), std::move(guard)};
+                      exec_deadline(options, *sandbox),
+                      std::move(guard),
+                      {}};
 }
 
 ServiceResult<std::shared_ptr<BackgroundProcess>> start_background_exec(

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,11 +28,12 @@ struct BufferedExec {
 };
 
 // A started streamed exec, for the route to pump; the guard holds the idle reaper off until the
-// route lets go of it.
+// route lets go of it. `on_end`, when set, runs once the command has ended, before the last line.
 struct StreamedExec {
   std::shared_ptr<ExecSession> session;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::shared_ptr<Sandbox::ExecGuard> guard;
+  std::function<void(const ExecOutcome&)> on_end;
 };
 
 // Errors of the three: sandbox_paused (a conflict), the runtime's.

@@ -14,6 +14,7 @@
 
 #include "daemon/exec.h"
 #include "daemon/json_codec.h"
+#include "daemon/service/session_table.h"
 #include "runtime/base/error.h"
 #include "runtime/files/sandbox_fs.h"
 #include "runtime/live_sandbox.h"
@@ -45,6 +46,8 @@ class Sandbox {
   const std::string& dir() const { return dir_; }
   std::chrono::system_clock::time_point created_at() const { return created_at_; }
   EventLog& log() { return log_; }
+  SessionTable& sessions() { return sessions_; }
+  const SessionTable& sessions() const { return sessions_; }
 
   // The live network policy: the config's until PUT .../network replaces it (the record and the
   // API's sandbox object show this one).
@@ -110,6 +113,7 @@ class Sandbox {
   LiveSandbox live_;
   std::string dir_;
   EventLog log_;
+  SessionTable sessions_;
   std::atomic<SandboxState> state_{SandboxState::kRunning};
   std::atomic<int64_t> last_activity_;
   std::atomic<int> active_execs_{0};

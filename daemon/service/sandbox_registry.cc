@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/service/host_mounts.h"
 #include "daemon/service/sandbox_record.h"
 #include "net/tls/trust_bundle.h"
 #include "runtime/process/pidfd.h"
@@ -284,8 +285,11 @@ std::map<std::string, std::pair<size_t, size_t>> SandboxRegistry::pool_status() 
 
 // ---- create and lookups ----
 
-ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& config,
+ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxConfig& requested,
                                                                 const std::string& request_id) {
+  auto resolved = resolve_host_mounts(requested, mount_roots_);
+  if (!resolved) return std::unexpected(resolved.error());
+  const SandboxConfig& config = *resolved;
   if (auto checked = check_create_config(config); !checked) return std::unexpected(checked.error());
   if (service::uses_engine(config.network) && network_ != nullptr) {
     if (auto known = service::check_inject_secrets(config.network, network_->secrets()); !known)
@@ -293,7 +297,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   }
   auto started = std::chrono::steady_clock::now();
   std::optional<SpawnedSandbox> spawned;
-  if (pool_) spawned = pool_->take(config);
+  if (pool_ && config.mounts.empty()) spawned = pool_->take(config);
   const bool from_pool = spawned.has_value();
   // A filtered or open sandbox starts in a namespace whose path and listeners were made ahead,
   // when one is ready; a failed create closes it with `prepared` (never used again).

@@ -108,6 +108,8 @@ class SandboxRegistry {
   // hutchd's networking, set before recover() and serving. Without it (service tests), a
   // filtered or open create is refused.
   void set_network(service::NetworkService* network) { network_ = network; }
+  // The host directories a create's "mounts" may come from (daemon/service/host_mounts.h).
+  void set_mount_roots(std::vector<std::string> roots) { mount_roots_ = std::move(roots); }
   service::NetworkService* network() const { return network_; }
   // PUT .../network: the engine's policy, then the sandbox's and its record. Errors:
   // service::NetworkService::set_policy's, the record's.
@@ -158,6 +160,7 @@ class SandboxRegistry {
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::function<void(const std::string&)> on_destroyed_;  // set before serving
   service::NetworkService* network_ = nullptr;            // set before serving
+  std::vector<std::string> mount_roots_;
   std::unique_ptr<WarmPool> pool_;
   // destroy_soon's queue: sandboxes whose processes are dead and whose teardown is pending.
   std::mutex teardown_mutex_;

@@ -147,18 +147,17 @@ int create_target(int root_fd, const char* path, bool directory) {
 }
 
 bool bind_host(int root_fd, const char* source, const char* target, bool read_only,
-               ChildError* error) {
+               unsigned long long attrs, ChildError* error) {
   char host_path[PATH_MAX] = "";
   append_cstr(host_path, sizeof host_path, kHostRoot);
   append_cstr(host_path, sizeof host_path, source);
   Fd tree(open_tree(AT_FDCWD, host_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
   if (tree.fd < 0) return fail(error, "open_tree", source);
-  if (read_only) {
-    mount_attr attr{};
-    attr.attr_set = MOUNT_ATTR_RDONLY;
-    if (mount_setattr(tree.fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
-      return fail(error, "mount_setattr(MOUNT_ATTR_RDONLY)", source);
-    }
+  mount_attr attr{};
+  attr.attr_set = attrs | (read_only ? MOUNT_ATTR_RDONLY : 0);
+  if (attr.attr_set != 0 &&
+      mount_setattr(tree.fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+    return fail(error, "mount_setattr(bind attrs)", source);
   }
   struct stat st;
   if (fstat(tree.fd, &st) != 0) return fail(error, "fstat", source);
@@ -212,12 +211,12 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
       return mount_fs(root_fd, op.path.c_str(), op.fstype.c_str(), op.options, op.attrs, false,
                       error);
     case MountOp::Kind::kBind:
-      return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, error);
+      return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, op.attrs, error);
     case MountOp::Kind::kMaskFile: {
       Fd exists(open_beneath(root_fd, op.path.c_str(), O_PATH));
       if (exists.fd < 0)
         return errno == ENOENT ? true : fail(error, "openat2(no symlinks)", op.path.c_str());
-      return bind_host(root_fd, "/dev/null", op.path.c_str(), true, error);
+      return bind_host(root_fd, "/dev/null", op.path.c_str(), true, 0, error);
     }
     case MountOp::Kind::kMaskDir:
       return mount_fs(root_fd, op.path.c_str(), "tmpfs", kNoOptions,

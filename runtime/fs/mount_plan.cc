@@ -139,6 +139,8 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
     MountOp step = op(MountOp::Kind::kBind, bind.target);
     step.source = bind.source;
     step.read_only = bind.read_only;
+    // A host directory is data: no set-id binaries or device nodes of the host's take effect.
+    step.attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     ops.push_back(std::move(step));
   }
   ops.push_back(mkdir_op(spec.workdir, 0755, spec.uid, spec.gid));

@@ -17,9 +17,9 @@ namespace hutch {
 // its root without following any symlink, so a hostile rootfs cannot redirect a mount.
 struct MountOp {
   enum class Kind {
-    kMkdir,      // mkdir -p path (mode); a created last component is chowned to uid:gid
-    kMountFs,    // a new filesystem of fstype at path, with options and MOUNT_ATTR_* attrs
-    kBind,       // host source (canonical) at path, recursively; read-only when read_only
+    kMkdir,    // mkdir -p path (mode); a created last component is chowned to uid:gid
+    kMountFs,  // a new filesystem of fstype at path, with options and MOUNT_ATTR_* attrs
+    kBind,     // host source (canonical) at path, recursively, with attrs; read-only when read_only
     kMaskFile,   // /dev/null over path, when path exists
     kMaskDir,    // an empty read-only tmpfs over path, when path exists
     kReadOnly,   // path and everything below it read-only, when path exists
@@ -31,7 +31,7 @@ struct MountOp {
   std::string source;
   std::string fstype;
   std::vector<std::pair<std::string, std::string>> options;  // fsconfig key, value ("" = flag)
-  unsigned long long attrs = 0;                              // MOUNT_ATTR_* for kMountFs
+  unsigned long long attrs = 0;                              // MOUNT_ATTR_* for kMountFs and kBind
   mode_t mode = 0755;
   uid_t uid = 0;
   gid_t gid = 0;

@@ -105,6 +105,7 @@ TEST(MountPlan, DevIsAFreshTmpfsWithOnlyTheSafeNodesBound) {
     bound.push_back(op.path);
     EXPECT_EQ(op.source, op.path);
     EXPECT_FALSE(op.read_only) << op.path;
+    EXPECT_EQ(op.attrs, 0u) << op.path << ": device nodes need dev";
     EXPECT_GT(static_cast<int>(i), dev) << op.path << " is bound before /dev is mounted";
   }
   const std::vector<std::string> expected = {"/dev/null",   "/dev/zero",    "/dev/full",
@@ -242,6 +243,8 @@ TEST(MountPlan, BindsKeepOrderAndReadOnlyAfterTheirParentDirs) {
     EXPECT_EQ(user_binds[i]->path, spec.binds[i].target);
     EXPECT_EQ(user_binds[i]->source, spec.binds[i].source);
     EXPECT_EQ(user_binds[i]->read_only, spec.binds[i].read_only);
+    // Host directories are data: their set-id files and device nodes take no effect.
+    EXPECT_EQ(user_binds[i]->attrs, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
   }
   EXPECT_LT(index_of(plan, Kind::kMkdir, "/work"), index_of(plan, Kind::kBind, "/work/out"));
   // After the generated /etc files, so a bound config file is not overwritten.
