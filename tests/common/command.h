@@ -1,6 +1,8 @@
 // Runs a command (usually build/hutch) and captures what it did.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -33,6 +35,21 @@ CommandResult hutch_sh(const std::string& script, const std::vector<std::string>
 
 // The static probe (tests/probe) bound read-only at /probe.
 std::string probe_bind();
+
+// A server or other long-lived helper a test starts: `argv` (argv[0] an absolute path) with stdin
+// and stdout on /dev/null and stderr appended to `stderr_path`; SIGKILLed and reaped on
+// destruction. pid() is -1 when the spawn failed.
+class BackgroundCommand {
+ public:
+  BackgroundCommand(std::vector<std::string> argv, const std::string& stderr_path);
+  ~BackgroundCommand();
+  BackgroundCommand(const BackgroundCommand&) = delete;
+  BackgroundCommand& operator=(const BackgroundCommand&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 // A whole file, or "" when it cannot be read (a /proc/<pid> file of a process that just exited:
 // iostreams would throw on that read error).

@@ -8,25 +8,24 @@
 
 #include <string>
 
+#include "tests/common/command.h"
+
 namespace hutch::testing {
 
 class UpstreamNetns {
  public:
   // Serves `dir`; python3's log goes to `dir`/upstream.log.
   explicit UpstreamNetns(const std::string& dir);
-  ~UpstreamNetns();
-  UpstreamNetns(const UpstreamNetns&) = delete;
-  UpstreamNetns& operator=(const UpstreamNetns&) = delete;
 
   // The server listens (its namespace's /proc/net/tcp has 0.0.0.0:80 in LISTEN).
   bool serving() const;
-  std::string netns() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
-  pid_t pid() const { return pid_; }
+  std::string netns() const { return "/proc/" + std::to_string(pid()) + "/ns/net"; }
+  pid_t pid() const { return server_.pid(); }
   std::string log() const;
 
  private:
   std::string dir_;
-  pid_t pid_ = -1;
+  BackgroundCommand server_;
 };
 
 }  // namespace hutch::testing

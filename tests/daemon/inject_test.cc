@@ -8,25 +8,24 @@
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "net/tls/sandbox_ca.h"
+#include "tests/common/command.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
-
-extern char** environ;
 
 namespace hutch::testing {
 namespace {
@@ -74,39 +73,26 @@ class TlsUpstream {
         "ip link set lo up && ip addr add 198.51.100.10/32 dev lo && "
         "exec python3 " +
         dir + "/server.py";
-    std::vector<std::string> args = {"/usr/bin/unshare", "-n", "/bin/sh", "-c", script};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (dir + "/upstream.err").c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~TlsUpstream() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
+    server_ = std::make_unique<BackgroundCommand>(
+        std::vector<std::string>{"/usr/bin/unshare", "-n", "/bin/sh", "-c", script},
+        dir + "/upstream.err");
   }
   // 0.0.0.0:443 (01BB) in LISTEN in its namespace's /proc/net/tcp.
   bool serving() const {
-    std::ifstream tcp("/proc/" + std::to_string(pid_) + "/net/tcp");
+    std::ifstream tcp("/proc/" + std::to_string(pid()) + "/net/tcp");
     std::string line;
     while (std::getline(tcp, line)) {
       if (line.find("00000000:01BB 00000000:0000 0A") != std::string::npos) return true;
     }
     return false;
   }
-  std::string netns() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
+  std::string netns() const { return "/proc/" + std::to_string(pid()) + "/ns/net"; }
   std::string requests() const { return slurp(log_); }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return server_->pid(); }
 
  private:
   std::string log_;
-  pid_t pid_ = -1;
+  std::unique_ptr<BackgroundCommand> server_;
 };
 
 json inject_network(const std::string& secret = "OPENAI_API_KEY") {

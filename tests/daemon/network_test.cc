@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,13 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/command.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/upstream_netns.h"
 #include "tests/common/wait.h"
-
-extern char** environ;
 
 namespace hutch::testing {
 namespace {
@@ -363,37 +361,21 @@ TEST_F(NetworkTest, ARestartedHutchdReattachesWithTheNamesGivenBefore) {
 // 900: the connections it served before leave TIME_WAIT entries a plain bind trips on.)
 class PortSquatter {
  public:
-  PortSquatter(pid_t sandbox_init, const std::string& ready_file) {
-    const std::string script =
-        "import socket, time\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "s.bind(('127.0.0.1', 53))\n"
-        "open('" +
-        ready_file +
-        "', 'w').close()\n"
-        "time.sleep(600)\n";
-    std::vector<std::string> args = {"/usr/bin/nsenter",
-                                     "--net=/proc/" + std::to_string(sandbox_init) + "/ns/net",
-                                     "/usr/bin/python3", "-c", script};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, (ready_file + ".log").c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~PortSquatter() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  pid_t pid() const { return pid_; }
+  PortSquatter(pid_t sandbox_init, const std::string& ready_file)
+      : squatter_({"/usr/bin/nsenter", "--net=/proc/" + std::to_string(sandbox_init) + "/ns/net",
+                   "/usr/bin/python3", "-c",
+                   "import socket, time\n"
+                   "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                   "s.bind(('127.0.0.1', 53))\n"
+                   "open('" +
+                       ready_file +
+                       "', 'w').close()\n"
+                       "time.sleep(600)\n"},
+                  ready_file + ".log") {}
+  pid_t pid() const { return squatter_.pid(); }
 
  private:
-  pid_t pid_ = -1;
+  BackgroundCommand squatter_;
 };
 
 TEST_F(NetworkTest, AFailedReattachIsReportedAndEgressStaysClosed) {

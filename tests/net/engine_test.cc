@@ -35,6 +35,7 @@
 #include "net/engine/fake_names.h"
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/netns.h"
 #include "tests/common/wait.h"
 
 namespace hutch::net {
@@ -45,14 +46,7 @@ using Clock = std::chrono::steady_clock;
 
 Address addr(const char* text) { return *Address::parse(text); }
 
-UniqueFd new_netns() {
-  UniqueFd fd;
-  std::thread([&] {
-    if (unshare(CLONE_NEWNET) == 0)
-      fd.reset(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  }).join();
-  return fd;
-}
+using testing::new_netns;
 
 // `body` on a thread of its own inside the network namespace `netns`.
 template <class Body>

@@ -30,6 +30,7 @@
 #include "net/tls/server_context.h"
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
+#include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
 
@@ -43,14 +44,7 @@ const Address kApi = *Address::parse("198.51.100.10");
 const Address kOther = *Address::parse("198.51.100.20");
 const Address kRogue = *Address::parse("198.51.100.30");
 
-UniqueFd new_netns() {
-  UniqueFd fd;
-  std::thread([&] {
-    if (unshare(CLONE_NEWNET) == 0)
-      fd.reset(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  }).join();
-  return fd;
-}
+using testing::new_netns;
 
 bool run_in(int netns, const std::vector<std::string>& argv) {
   bool ok = false;
