@@ -35,32 +35,20 @@
 #include <thread>
 #include <vector>
 
+#include "bench/figures.h"
+
 extern char** environ;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using hutch::bench::Clock;
+using hutch::bench::figures;
+using hutch::bench::Figures;
+using hutch::bench::ms_since;
 
 [[noreturn]] void die(const std::string& message) {
   std::fprintf(stderr, "daemon bench: %s\n", message.c_str());
   std::exit(1);
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-struct Figures {
-  double p50 = 0, p95 = 0;
-};
-
-Figures figures(std::vector<double> samples) {
-  if (samples.empty()) return {};
-  std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) {
-    return samples[std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()))];
-  };
-  return {at(0.5), at(0.95)};
 }
 
 httplib::Client client(const std::string& socket) {

@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/figures.h"
 #include "net/dns_message.h"
 #include "net/egress_path.h"
 #include "net/engine/engine.h"
@@ -44,8 +45,11 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using hutch::UniqueFd;
+using hutch::bench::Clock;
+using hutch::bench::figures;
+using hutch::bench::Figures;
+using hutch::bench::ms_since;
 using namespace hutch::net;
 
 constexpr uint32_t kUpstream = 0xc633640a;  // 198.51.100.10
@@ -62,23 +66,6 @@ template <typename T>
 T must(hutch::Result<T> result, const char* what) {
   if (!result) die(std::string(what) + ": " + result.error().message());
   if constexpr (!std::is_void_v<T>) return std::move(*result);
-}
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-struct Figures {
-  double p50 = 0, p95 = 0;
-};
-
-Figures figures(std::vector<double> samples) {
-  if (samples.empty()) return {};
-  std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) {
-    return samples[std::min(samples.size() - 1, static_cast<size_t>(q * samples.size()))];
-  };
-  return {at(0.5), at(0.95)};
 }
 
 UniqueFd open_netns(const std::string& path) {

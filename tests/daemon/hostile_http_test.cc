@@ -20,6 +20,7 @@
 
 #include "runtime/base/unique_fd.h"
 #include "tests/common/command.h"
+#include "tests/common/socket_io.h"
 #include "tests/common/time_scale.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
@@ -54,16 +55,6 @@ UniqueFd connect_tcp(const char* source, int port) {
       ::connect(fd.get(), reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0)
     return UniqueFd();
   return fd;
-}
-
-bool send_all(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 struct Answer {

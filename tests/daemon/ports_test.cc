@@ -22,6 +22,7 @@
 
 #include "runtime/base/unique_fd.h"
 #include "tests/common/command.h"
+#include "tests/common/socket_io.h"
 #include "tests/common/time_scale.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
@@ -194,16 +195,6 @@ UniqueFd connect_tcp(int port) {
   return fd;
 }
 
-bool send_text(int fd, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 // Reads `size` bytes, or up to the peer's EOF when size is 0 (5 s per read at most).
 std::string receive(int fd, size_t size = 0) {
   timeval timeout{5, 0};
@@ -316,9 +307,8 @@ class PortsTest : public DaemonTest {
 
   // A tunnel to `port` of `id` opened on `fd` (a connection to hutchd): hutchd's answer head.
   std::string open_tunnel(int fd, int port, const std::string& extra_headers = "") const {
-    if (!send_text(fd, "POST /v1/sandboxes/" + id_ + "/tunnel/" + std::to_string(port) +
-                           " HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n" + extra_headers +
-                           "\r\n"))
+    if (!send_all(fd, "POST /v1/sandboxes/" + id_ + "/tunnel/" + std::to_string(port) +
+                          " HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n" + extra_headers + "\r\n"))
       return "";
     return receive_head(fd);
   }
@@ -650,7 +640,7 @@ TEST_F(PortsTest, TunnelRelaysRawBytesBothWays) {
   ASSERT_TRUE(fd);
   std::string head = open_tunnel(fd.get(), kRawPort);
   ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
-  ASSERT_TRUE(send_text(fd.get(), "hello, tunnel"));
+  ASSERT_TRUE(send_all(fd.get(), "hello, tunnel"));
   EXPECT_EQ(receive(fd.get(), 13), "HELLO, TUNNEL");
 
   // 16 MiB each way, written while read, then the half-close passed on: the server's EOF comes
@@ -658,7 +648,7 @@ TEST_F(PortsTest, TunnelRelaysRawBytesBothWays) {
   std::string payload(16u << 20, 'x');
   auto started = Clock::now();
   std::thread writer([&] {
-    send_text(fd.get(), payload);
+    send_all(fd.get(), payload);
     ::shutdown(fd.get(), SHUT_WR);
   });
   std::string echoed = receive(fd.get());
@@ -684,7 +674,7 @@ TEST_F(PortsTest, PortTokenOpensTheTunnelOfItsPortOnly) {
   UniqueFd with = connect_tcp(tcp_port_);
   std::string head = open_tunnel(with.get(), kRawPort, "X-Hutch-Port-Token: " + token + "\r\n");
   ASSERT_TRUE(head.starts_with("HTTP/1.1 200")) << head;
-  ASSERT_TRUE(send_text(with.get(), "abc"));
+  ASSERT_TRUE(send_all(with.get(), "abc"));
   EXPECT_EQ(receive(with.get(), 3), "ABC");
 }
 
@@ -692,7 +682,7 @@ TEST_F(PortsTest, StoppingHutchdEndsOpenTunnels) {
   start_upper_server();
   UniqueFd fd = connect_unix(daemon_->socket());
   ASSERT_TRUE(open_tunnel(fd.get(), kRawPort).starts_with("HTTP/1.1 200"));
-  ASSERT_TRUE(send_text(fd.get(), "up"));
+  ASSERT_TRUE(send_all(fd.get(), "up"));
   ASSERT_EQ(receive(fd.get(), 2), "UP");
   auto started = Clock::now();
   EXPECT_EQ(daemon_->stop(SIGTERM), 0) << daemon_->log();
@@ -720,7 +710,7 @@ TEST_F(PortsTest, UpgradeSwitchesTheConnectionOver) {
   ASSERT_TRUE(wait_until(
       [&] {
         fd = connect_unix(daemon_->socket());
-        head = send_text(fd.get(), request) ? receive_head(fd.get()) : "";
+        head = send_all(fd.get(), request) ? receive_head(fd.get()) : "";
         return head.starts_with("HTTP/1.1 101");
       },
       10s, "the upgrade server in the sandbox to switch protocols", 50ms));
@@ -728,7 +718,7 @@ TEST_F(PortsTest, UpgradeSwitchesTheConnectionOver) {
   EXPECT_NE(head.find("X-Seen-Connection: Upgrade\r\n"), std::string::npos) << head;
   EXPECT_NE(head.find("X-Seen-Target: /socket?room=1\r\n"), std::string::npos) << head;
   EXPECT_EQ(receive(fd.get(), 5), "ready");
-  ASSERT_TRUE(send_text(fd.get(), "frames"));
+  ASSERT_TRUE(send_all(fd.get(), "frames"));
   EXPECT_EQ(receive(fd.get(), 6), "FRAMES");
 }
 
@@ -746,9 +736,9 @@ TEST_F(PortsTest, PortForwardServesALocalPort) {
   ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
   auto request = [&](const std::string& target) {
     UniqueFd fd = connect_tcp(local);
-    if (!fd || !send_text(fd.get(), "GET " + target +
-                                        " HTTP/1.1\r\nHost: x\r\n"
-                                        "Connection: close\r\n\r\n"))
+    if (!fd || !send_all(fd.get(), "GET " + target +
+                                       " HTTP/1.1\r\nHost: x\r\n"
+                                       "Connection: close\r\n\r\n"))
       return json();
     return body_of(receive(fd.get()));
   };

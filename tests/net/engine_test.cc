@@ -36,6 +36,7 @@
 #include "tests/common/command.h"
 #include "tests/common/must_work.h"
 #include "tests/common/netns.h"
+#include "tests/common/socket_io.h"
 #include "tests/common/wait.h"
 
 namespace hutch::net {
@@ -84,14 +85,7 @@ int dial(const Address& address, uint16_t port) {
   return fd;
 }
 
-bool send_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
+using testing::send_all;
 
 // Reads until EOF (read_error 0) or an error (its errno).
 struct Received {
