@@ -2,8 +2,10 @@
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <sys/stat.h>
 
 #include <array>
+#include <mutex>
 
 #include "net/tls/openssl.h"
 #include "runtime/base/text_file.h"
@@ -32,6 +34,33 @@ size_t count_certificates(std::string_view pem) {
   return count;
 }
 
+// The host's roots, read and checked once per version of the file: parsing its ~150
+// certificates costs ~20 ms, and every filtered create builds a bundle. A file replaced or
+// rewritten (ca-certificates updated) has another inode, size or mtime and is read again.
+Result<std::string> host_roots(const std::string& roots_path) {
+  struct Cached {
+    std::string path;
+    struct stat identity {};
+    std::string text;
+  };
+  static std::mutex mutex;
+  static Cached cached;
+  struct stat now {};
+  if (::stat(roots_path.c_str(), &now) != 0) return sys_error("stat", roots_path);
+  std::lock_guard lock(mutex);
+  const auto same = [&](const struct stat& a) {
+    return a.st_dev == now.st_dev && a.st_ino == now.st_ino && a.st_size == now.st_size &&
+           a.st_mtim.tv_sec == now.st_mtim.tv_sec && a.st_mtim.tv_nsec == now.st_mtim.tv_nsec;
+  };
+  if (cached.path == roots_path && same(cached.identity)) return cached.text;
+  std::string text = HUTCH_TRY(read_text_file(roots_path));
+  if (count_certificates(text) == 0) {
+    return plain_error("trust bundle", roots_path + " holds no certificate");
+  }
+  cached = {roots_path, now, text};
+  return text;
+}
+
 }  // namespace
 
 std::span<const std::string_view> sandbox_bundle_paths() { return kBundlePaths; }
@@ -40,10 +69,7 @@ Result<std::string> build_trust_bundle(std::string_view ca_pem, const std::strin
   if (count_certificates(ca_pem) != 1) {
     return kind_error(ErrorKind::kInvalid, "trust bundle", "the CA PEM is not one certificate");
   }
-  std::string bundle = HUTCH_TRY(read_text_file(roots_path));
-  if (count_certificates(bundle) == 0) {
-    return plain_error("trust bundle", roots_path + " holds no certificate");
-  }
+  std::string bundle = HUTCH_TRY(host_roots(roots_path));
   if (!bundle.ends_with('\n')) bundle += '\n';
   bundle += "# hutch sandbox CA\n";
   bundle += ca_pem;
