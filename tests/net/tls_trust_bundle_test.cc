@@ -64,7 +64,7 @@ TEST(TrustBundle, BrokenInputsAreRefused) {
   const std::string pem = (*ca)->certificate_pem();
   auto missing = build_trust_bundle(pem, dir.path() + "/missing.pem");
   ASSERT_FALSE(missing);
-  EXPECT_EQ(missing.error().step, "open");
+  EXPECT_EQ(missing.error().step, "stat");
   EXPECT_EQ(missing.error().err, ENOENT);
   write_file(dir.path() + "/empty.pem", "not a certificate\n");
   auto empty = build_trust_bundle(pem, dir.path() + "/empty.pem");
@@ -73,6 +73,25 @@ TEST(TrustBundle, BrokenInputsAreRefused) {
   write_file(dir.path() + "/roots.pem", pem);
   EXPECT_FALSE(build_trust_bundle("garbage", dir.path() + "/roots.pem"));
   EXPECT_FALSE(build_trust_bundle(pem + pem, dir.path() + "/roots.pem"));
+}
+
+// The roots are cached per version of the file: a rewritten file is read again.
+TEST(TrustBundle, ARewrittenRootsFileIsReadAgain) {
+  testing::TempDir dir;
+  auto ca = SandboxCa::create({});
+  auto other = SandboxCa::create({});
+  ASSERT_TRUE(ca && other);
+  const std::string pem = (*ca)->certificate_pem();
+  const std::string other_pem = (*other)->certificate_pem();
+  const std::string roots = dir.path() + "/roots.pem";
+  write_file(roots, other_pem);
+  auto first = build_trust_bundle(pem, roots);
+  ASSERT_TRUE(first) << first.error().message();
+  EXPECT_EQ(*first, other_pem + "# hutch sandbox CA\n" + pem);
+  write_file(roots, other_pem + other_pem);
+  auto second = build_trust_bundle(pem, roots);
+  ASSERT_TRUE(second) << second.error().message();
+  EXPECT_EQ(*second, other_pem + other_pem + "# hutch sandbox CA\n" + pem);
 }
 
 TEST(TrustBundle, DistroPathsAndEnvironment) {
