@@ -75,3 +75,24 @@ def test_async_streams_run_on_the_event_loop(daemon) -> None:
                 await sb.resume()
 
     asyncio.run(scenario())
+
+
+def test_async_sessions_and_watch(daemon) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(daemon.socket) as client:
+            async with await client.create(labels={"suite": "aio"}) as sb:
+                session = await sb.session("a")
+                assert session.name == "a"
+                await session.exec("cd /tmp && export X=7", check=True)
+                assert (await session.exec('echo "$PWD $X"')).stdout == "/tmp 7\n"
+                await sb.files.mkdir("/tmp/aw")
+                events = sb.watch("/tmp/aw")
+                write = asyncio.create_task(sb.exec("sleep 0.2; touch /tmp/aw/f", check=True))
+                first = await asyncio.wait_for(events.__anext__(), 20)
+                await events.aclose()
+                await write
+                assert (first.event, first.path) == ("create", "/tmp/aw/f")
+                await session.delete()
+                assert await sb.sessions() == []
+
+    asyncio.run(scenario())

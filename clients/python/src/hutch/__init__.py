@@ -5,7 +5,8 @@
         print(sandbox.exec("echo hi").stdout)
 """
 
-from hutch.client import Client, ExecStream, Files, Process, Pty, Recipes, Sandbox
+from hutch.client import (Client, ExecStream, Files, Process, Pty, Recipes, Sandbox, Session,
+                          WatchStream)
 from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFound, CommandError,
                           Conflict, FileNotFound, HutchConnectionError, HutchError,
                           InsufficientStorage, InvalidPath, IsDirectory, NoMatch, NotADirectory,
@@ -14,13 +15,15 @@ from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFo
                           SandboxPaused, ServerError, TooManyRequests, Unauthorized, Unavailable,
                           Unprocessable)
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
-                          GrepResult, Health, OutputChunk, OutputEvent, Pool, ProcessStatus, Recipe,
-                          SandboxInfo, SnapshotResult, TextWindow)
+                          GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
+                          ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
+                          TextWindow, WatchEvent)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Sandbox", "Process", "Pty", "Files", "Recipes", "ExecStream",
+    "Client", "Sandbox", "Process", "Pty", "Files", "Recipes", "ExecStream", "Session",
+    "WatchStream",
     "HutchError", "HutchConnectionError", "ProtocolError", "BadRequest", "InvalidPath",
     "Unauthorized", "PermissionDenied", "NotFound", "SandboxNotFound", "ProcessNotFound",
     "FileNotFound", "RecipeNotFound", "CheckpointNotFound", "Conflict", "SandboxPaused",
@@ -29,5 +32,5 @@ __all__ = [
     "Unavailable", "InsufficientStorage", "CommandError",
     "SandboxInfo", "ExecResult", "OutputEvent", "ProcessStatus", "OutputChunk", "FileEntry",
     "TextWindow", "GrepMatch", "GrepResult", "FileResult", "Recipe", "BakeResult",
-    "SnapshotResult", "Checkpoint", "Health", "Pool",
+    "SnapshotResult", "Checkpoint", "Health", "Pool", "WatchEvent", "NetworkState", "SecretInfo",
 ]

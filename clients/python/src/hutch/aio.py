@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from hutch._async_stream import AsyncHttpStream, open_stream
-from hutch.client import Client, Files, Process, Sandbox
+from hutch.client import Client, Files, Process, Sandbox, Session
 from hutch.errors import ProtocolError
 from hutch.models import ExecResult, OutputEvent
 
@@ -40,6 +40,8 @@ def _wrap(value: Any) -> Any:
         return AsyncSandbox(value)
     if isinstance(value, Process):
         return AsyncProcess(value)
+    if isinstance(value, Session):
+        return AsyncSession(value)
     if isinstance(value, list):
         return [_wrap(v) for v in value]
     if isinstance(value, tuple):
@@ -119,6 +121,13 @@ class AsyncSandbox(_Proxy):
                                  self._sync.path + "/exec", body)
         return AsyncExecStream(http)
 
+    def watch(self, path: str, **options: Any) -> AsyncIterator[Any]:
+        """The watch's events as an async iterator (each step in a thread)."""
+        return _iterate(self._sync.watch, path, **options)
+
+    def network_log(self, **options: Any) -> AsyncIterator[Any]:
+        return _iterate(self._sync.network_log, **options)
+
 
 class AsyncExecStream:
     """Async iterator of `OutputEvent`s; `result` is set once it ended."""
@@ -162,6 +171,17 @@ class AsyncExecStream:
         await self.aclose()
 
 
+class AsyncSession(_Proxy):
+    """A shell session: `await session.exec(...)`, `await session.delete()`."""
+
+    def __init__(self, session: Session) -> None:
+        self._sync = session
+
+    @property
+    def name(self) -> str:
+        return self._sync.name
+
+
 class AsyncProcess(_Proxy):
     def __init__(self, process: Process) -> None:
         self._sync = process
@@ -183,4 +203,5 @@ class AsyncFiles(_Proxy):
         return _iterate(self._sync.iter_bytes, path, chunk_size, **options)
 
 
-__all__ = ["AsyncClient", "AsyncSandbox", "AsyncProcess", "AsyncFiles", "AsyncExecStream"]
+__all__ = ["AsyncClient", "AsyncSandbox", "AsyncSession", "AsyncProcess", "AsyncFiles",
+           "AsyncExecStream"]

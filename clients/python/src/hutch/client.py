@@ -13,8 +13,9 @@ from typing import IO, Any, Union
 from hutch._transport import Response, Transport
 from hutch.errors import CommandError, FileNotFound, HutchError, ProtocolError
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
-                          GrepResult, Health, OutputChunk, OutputEvent, Pool, ProcessStatus, Recipe,
-                          SandboxInfo, SnapshotResult, TextWindow)
+                          GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
+                          ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
+                          TextWindow, WatchEvent)
 
 Command = Union[str, Sequence[str]]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -74,14 +75,17 @@ class Client:
                limits: dict[str, Any] | None = None, env: dict[str, str] | None = None,
                labels: dict[str, str] | None = None, idle_ttl_seconds: float | None = None,
                max_lifetime_seconds: float | None = None,
-               default_timeout_seconds: float | None = None, network: str | None = None,
-               hostname: str | None = None, workdir: str | None = None) -> Sandbox:
-        """Creates a sandbox (`POST /v1/sandboxes`); every argument is optional."""
+               default_timeout_seconds: float | None = None,
+               network: str | dict[str, Any] | None = None, hostname: str | None = None,
+               workdir: str | None = None,
+               mounts: list[dict[str, Any]] | None = None) -> Sandbox:
+        """Creates a sandbox (`POST /v1/sandboxes`); every argument is optional. `mounts`:
+        `[{"source": host dir under hutchd's --mount-root, "target": path, "readonly": bool}]`."""
         fields = {"rootfs": rootfs, "recipe": recipe, "limits": limits, "env": env,
                   "labels": labels, "idle_ttl_seconds": idle_ttl_seconds,
                   "max_lifetime_seconds": max_lifetime_seconds,
                   "default_timeout_seconds": default_timeout_seconds, "network": network,
-                  "hostname": hostname, "workdir": workdir}
+                  "hostname": hostname, "workdir": workdir, "mounts": mounts}
         body = {k: v for k, v in fields.items() if v is not None}
         return Sandbox(self, SandboxInfo.from_json(
             self.transport.call("POST", "/v1/sandboxes", json_body=body)))
@@ -136,6 +140,18 @@ class Client:
         data = self.transport.call("GET", "/v1/pools")
         return [Pool(rootfs=p["rootfs"], size=int(p["size"]), idle=int(p["idle"]))
                 for p in data["pools"]]
+
+    def set_secret(self, name: str, value: str | bytes) -> None:
+        """Stores a secret for inject rules (write-only: no route gives a value back)."""
+        body = value.encode() if isinstance(value, str) else bytes(value)
+        self.transport.call("PUT", "/v1/secrets/" + _q(name), body=body)
+
+    def secrets(self) -> list[SecretInfo]:
+        data = self.transport.call("GET", "/v1/secrets")
+        return [SecretInfo.from_json(s) for s in data["secrets"]]
+
+    def delete_secret(self, name: str) -> None:
+        self.transport.call("DELETE", "/v1/secrets/" + _q(name))
 
     def gc_layers(self, grace_seconds: float | None = None) -> list[str]:
         """Removes unused layers older than `grace_seconds` (hutchd's default 600)."""
@@ -252,9 +268,19 @@ class Sandbox:
         With `on_stdout`/`on_stderr` the output is streamed to them as it happens (and the
         result's stdout/stderr are left empty: the callbacks had it).
         """
+        return self._run("/exec", command, workdir=workdir, env=env, stdin=stdin,
+                         timeout=timeout, max_output_bytes=max_output_bytes, check=check,
+                         on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def _run(self, route: str, command: Command, *, workdir: str | None,
+             env: dict[str, str] | None, stdin: str | bytes | None, timeout: float | None,
+             max_output_bytes: int | None, check: bool,
+             on_stdout: Callable[[str], None] | None,
+             on_stderr: Callable[[str], None] | None) -> ExecResult:
+        """exec and a session's exec: the same body, result and stream at another route."""
         if on_stdout is not None or on_stderr is not None:
-            with self.stream(command, workdir=workdir, env=env, stdin=stdin, timeout=timeout,
-                             max_output_bytes=max_output_bytes) as events:
+            with self._stream(route, command, workdir=workdir, env=env, stdin=stdin,
+                              timeout=timeout, max_output_bytes=max_output_bytes) as events:
                 for event in events:
                     callback = on_stdout if event.stream == "stdout" else on_stderr
                     if callback is not None:
@@ -263,7 +289,7 @@ class Sandbox:
         else:
             body = self._exec_body(command, workdir, env, stdin, timeout, max_output_bytes)
             result = ExecResult.from_json(
-                self._call("POST", "/exec", json_body=body, timeout=self._http_timeout(timeout)))
+                self._call("POST", route, json_body=body, timeout=self._http_timeout(timeout)))
         if check and not result.ok:
             raise CommandError(result, _argv_of(command))
         return result
@@ -297,9 +323,15 @@ class Sandbox:
                max_output_bytes: int | None = None) -> ExecStream:
         """Starts `command` with streamed output: iterate the `ExecStream` for `OutputEvent`s,
         then read its `result`. Closing the stream early kills the command's whole tree."""
+        return self._stream("/exec", command, workdir=workdir, env=env, stdin=stdin,
+                            timeout=timeout, max_output_bytes=max_output_bytes)
+
+    def _stream(self, route: str, command: Command, *, workdir: str | None,
+                env: dict[str, str] | None, stdin: str | bytes | None, timeout: float | None,
+                max_output_bytes: int | None) -> ExecStream:
         body = self._exec_body(command, workdir, env, stdin, timeout, max_output_bytes)
         body["stream"] = True
-        response = self.client.transport.request("POST", self.path + "/exec", json_body=body,
+        response = self.client.transport.request("POST", self.path + route, json_body=body,
                                                  timeout=self._http_timeout(timeout))
         return ExecStream(response)
 
@@ -328,6 +360,44 @@ class Sandbox:
             body["env"] = env
         status = ProcessStatus.from_json(self._call("POST", "/ptys", json_body=body))
         return Pty(self, status.pid, status)
+
+    # ---- sessions, watch, network ----
+
+    def session(self, name: str | None = None, *, workdir: str | None = None,
+                env: dict[str, str] | None = None) -> Session:
+        """Opens a shell session whose cwd and exported env persist between its commands."""
+        body: dict[str, Any] = {}
+        for key, value in (("name", name), ("workdir", workdir), ("env", env)):
+            if value is not None:
+                body[key] = value
+        data = self._call("POST", "/sessions", json_body=body)
+        return Session(self, str(data["name"]))
+
+    def sessions(self) -> list[Session]:
+        return [Session(self, str(s["name"])) for s in self._call("GET", "/sessions")["sessions"]]
+
+    def watch(self, path: str, *, recursive: bool = False,
+              since: int | None = None) -> WatchStream:
+        """Streams inotify events of directory `path`; resume with `since=stream.last_seq`."""
+        query: dict[str, Any] = {"path": path, "recursive": recursive, "since": since}
+        response = self.client.transport.request("GET", self.path + "/watch", query=query)
+        return WatchStream(response)
+
+    def network(self) -> NetworkState:
+        """The sandbox's network mode, policy, counters, CA and placeholders."""
+        return NetworkState.from_json(self._call("GET", "/network"))
+
+    def set_network(self, policy: str | dict[str, Any]) -> NetworkState:
+        """Replaces the policy (a mode name or a policy object, as create's `network`)."""
+        return NetworkState.from_json(self._call("PUT", "/network", json_body=policy))
+
+    def network_log(self, *, follow: bool = False) -> Iterator[dict[str, Any]]:
+        """The engine's decisions for this sandbox, oldest first; `follow` waits for more."""
+        with self.client.transport.request("GET", self.path + "/network/log",
+                                           query={"follow": 1} if follow else None) as response:
+            for line in response.iter_lines():
+                if line.strip():
+                    yield _json_line(line, "network log", response)
 
     def process(self, pid: int) -> Process:
         """Reconnects to background process `pid` (ProcessNotFound if hutchd has no record)."""
@@ -401,6 +471,91 @@ class ExecStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Session:
+    """A named shell session of a sandbox: each command sees the cwd and env the last one left."""
+
+    def __init__(self, sandbox: Sandbox, name: str) -> None:
+        self.sandbox = sandbox
+        self.name = name
+
+    @property
+    def _route(self) -> str:
+        return "/sessions/" + _q(self.name) + "/exec"
+
+    def exec(self, command: Command, *, workdir: str | None = None,
+             env: dict[str, str] | None = None, stdin: str | bytes | None = None,
+             timeout: float | None = None, max_output_bytes: int | None = None,
+             check: bool = False,
+             on_stdout: Callable[[str], None] | None = None,
+             on_stderr: Callable[[str], None] | None = None) -> ExecResult:
+        """As Sandbox.exec; a second command while one runs raises Conflict (session_busy)."""
+        return self.sandbox._run(self._route, command, workdir=workdir, env=env, stdin=stdin,
+                                 timeout=timeout, max_output_bytes=max_output_bytes,
+                                 check=check, on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def stream(self, command: Command, *, workdir: str | None = None,
+               env: dict[str, str] | None = None, stdin: str | bytes | None = None,
+               timeout: float | None = None,
+               max_output_bytes: int | None = None) -> ExecStream:
+        return self.sandbox._stream(self._route, command, workdir=workdir, env=env, stdin=stdin,
+                                    timeout=timeout, max_output_bytes=max_output_bytes)
+
+    def delete(self) -> None:
+        self.sandbox._call("DELETE", "/sessions/" + _q(self.name))
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+
+class WatchStream:
+    """The events of a watch; keepalives only advance `last_seq`; `end` is why hutchd ended it."""
+
+    def __init__(self, response: Response) -> None:
+        self._response = response
+        self.last_seq: int | None = None
+        self.end: str | None = None
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            for line in self._response.iter_lines():
+                if not line.strip():
+                    continue
+                data = _json_line(line, "watch stream", self._response)
+                if "end" in data:
+                    self.end = str(data["end"])
+                    return
+                if "seq" in data:
+                    self.last_seq = int(data["seq"])
+                if not data.get("keepalive"):
+                    yield WatchEvent.from_json(data)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> WatchStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _json_line(line: bytes, what: str, response: Response) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except ValueError as e:
+        raise ProtocolError(f"{what} line is not JSON: {line[:200]!r}",
+                            request_id=response.request_id) from e
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{what} line is not an object: {line[:200]!r}",
+                            request_id=response.request_id)
+    return data
 
 
 class Process:

@@ -251,3 +251,57 @@ class Pool:
     rootfs: str
     size: int
     idle: int
+
+
+@dataclass
+class WatchEvent:
+    """One inotify event of a watch: create, modify, delete, move (with `from_path`), attrib,
+    or overflow/reset/limit (rescan: events were lost or a directory is not watched)."""
+
+    seq: int
+    event: str
+    path: str = ""
+    is_dir: bool = False
+    from_path: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WatchEvent:
+        return cls(seq=int(data.get("seq", 0)), event=str(data.get("event", "")),
+                   path=str(data.get("path", "")), is_dir=bool(data.get("is_dir", False)),
+                   from_path=data.get("from"), raw=data)
+
+
+@dataclass
+class NetworkState:
+    """GET .../network: the mode, the policy's lists, counters (None without the engine)."""
+
+    mode: str
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+    stats: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    ca_pem: str | None = None
+    placeholders: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NetworkState:
+        return cls(mode=str(data.get("mode", "")), allow=list(data.get("allow") or []),
+                   deny=list(data.get("deny") or []), stats=data.get("stats"),
+                   error=data.get("error"), ca_pem=data.get("ca_pem"),
+                   placeholders=_dict(data.get("placeholders")), raw=data)
+
+
+@dataclass
+class SecretInfo:
+    """A secret hutchd holds: its name and source (file, environment, api), never its value."""
+
+    name: str
+    source: str = ""
+    updated: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SecretInfo:
+        return cls(name=str(data["name"]), source=str(data.get("source", "")),
+                   updated=str(data.get("updated", "")))
