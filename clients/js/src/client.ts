@@ -1,9 +1,9 @@
 // The entry point: `new HutchClient()` talks to hutchd on $HUTCH_SOCKET (or $HUTCH_URL with
-// $HUTCH_TOKEN) and makes, finds and lists sandboxes; recipes, layer gc, health and metrics.
+// $HUTCH_TOKEN) and makes, finds and lists sandboxes; recipes, secrets, layer gc, health and metrics.
 import { HutchError } from "./errors.js";
 import { Sandbox, sandboxInfo } from "./sandbox.js";
 import { ClientOptions, readAll, Transport } from "./transport.js";
-import type { BakeResult, CreateOptions, RecipeInfo } from "./types.js";
+import type { BakeResult, CreateOptions, RecipeInfo, SecretInfo } from "./types.js";
 
 type Raw = Record<string, any>;
 
@@ -20,6 +20,7 @@ function createBody(options: CreateOptions): Raw {
   if (options.network !== undefined) body.network = options.network;
   if (options.hostname !== undefined) body.hostname = options.hostname;
   if (options.workdir !== undefined) body.workdir = options.workdir;
+  if (options.mounts !== undefined) body.mounts = options.mounts;
   return body;
 }
 
@@ -47,6 +48,19 @@ export class HutchClient {
   async create(options: CreateOptions = {}): Promise<Sandbox> {
     const raw = await this.transport.json<Raw>("POST", "/v1/sandboxes", { json: createBody(options), signal: options.signal });
     return new Sandbox(this.transport, sandboxInfo(raw));
+  }
+
+  /** Stores a secret for inject rules (write-only: no route gives a value back). */
+  async setSecret(name: string, value: string): Promise<void> {
+    await this.transport.json("PUT", `/v1/secrets/${encodeURIComponent(name)}`, { body: value });
+  }
+
+  async secrets(): Promise<SecretInfo[]> {
+    return (await this.transport.json<Raw>("GET", "/v1/secrets")).secrets as SecretInfo[];
+  }
+
+  async deleteSecret(name: string): Promise<void> {
+    await this.transport.json("DELETE", `/v1/secrets/${encodeURIComponent(name)}`);
   }
 
   /** An existing sandbox; HutchError sandbox_not_found if there is none. */

@@ -1,6 +1,6 @@
 export { HutchClient } from "./client.js";
 export { CommandExitError, HutchError } from "./errors.js";
-export { Process, Sandbox } from "./sandbox.js";
+export { Process, Pty, Sandbox, Session } from "./sandbox.js";
 export type { Command } from "./sandbox.js";
 export type { Body, ClientOptions } from "./transport.js";
 export * from "./types.js";

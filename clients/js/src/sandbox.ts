@@ -1,12 +1,13 @@
-// A sandbox of hutchd and what can be done in it: exec (plain, streamed, background), files,
-// pause/resume, snapshots, forks and checkpoints. `await using sandbox = await client.create()`
+// A sandbox of hutchd and what can be done in it: exec (plain, streamed, background), PTYs,
+// shell sessions, file watch, network policy, files, pause/resume, snapshots, forks and checkpoints. `await using sandbox = await client.create()`
 // deletes it at the end of the scope.
 import type http from "node:http";
 import { CommandExitError } from "./errors.js";
 import { Body, ndjson, readAll, Transport } from "./transport.js";
 import type {
-  Checkpoint, DownloadResult, ExecEvent, ExecOptions, ExecResult, FileEntry, GrepMatch, OutputChunk,
-  ProcessStatus, ReadLines, SandboxInfo, SnapshotResult, UploadResult,
+  Checkpoint, DownloadResult, ExecEvent, ExecOptions, ExecResult, FileEntry, GrepMatch, NetworkPolicy,
+  NetworkState, OutputChunk, ProcessStatus, PtyOptions, ReadLines, SandboxInfo, SnapshotResult,
+  UploadResult, WatchEvent, WatchOptions,
 } from "./types.js";
 
 type Raw = Record<string, any>;
@@ -88,10 +89,11 @@ function execBody(command: Command, options: ExecOptions): Raw {
 
 /** A background process: its output can be read from any offset, followed, and fed. */
 export class Process {
-  constructor(private readonly transport: Transport, readonly sandboxId: string, readonly pid: number) {}
+  constructor(protected readonly transport: Transport, readonly sandboxId: string, readonly pid: number,
+              private readonly kind: "processes" | "ptys" = "processes") {}
 
-  private get base(): string {
-    return `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/processes/${this.pid}`;
+  protected get base(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/${this.kind}/${this.pid}`;
   }
 
   async status(): Promise<ProcessStatus> {
@@ -150,6 +152,62 @@ export class Process {
   }
 }
 
+/** A process on a pseudo-terminal: its output is the "stdout" stream; it takes keystrokes and resizes. */
+export class Pty extends Process {
+  constructor(transport: Transport, sandboxId: string, pid: number) {
+    super(transport, sandboxId, pid, "ptys");
+  }
+
+  /** Keystrokes (e.g. "ls\r"); returns the bytes written. */
+  async write(data: string | Uint8Array): Promise<number> {
+    const body: Raw = typeof data === "string" ? { data } : { data_base64: Buffer.from(data).toString("base64") };
+    return (await this.transport.json<Raw>("POST", `${this.base}/input`, { json: body })).written;
+  }
+
+  /** The terminal's new size; the process gets SIGWINCH. */
+  async resize(cols: number, rows: number): Promise<ProcessStatus> {
+    return processStatus(await this.transport.json<Raw>("POST", `${this.base}/resize`, { json: { cols, rows } }));
+  }
+
+  /** Kills the process and all its descendants; answers its final status. */
+  async close(): Promise<ProcessStatus> {
+    return processStatus(await this.transport.json<Raw>("DELETE", this.base));
+  }
+}
+
+/** A named shell session: each command sees the working directory and exports the last one left. */
+export class Session {
+  constructor(private readonly sandbox: Sandbox, readonly name: string) {}
+
+  private get route(): string {
+    return `/sessions/${encodeURIComponent(this.name)}`;
+  }
+
+  /** As Sandbox.exec; a second command while one runs is a HutchError session_busy (409). */
+  exec(command: Command, options: ExecOptions = {}): Promise<ExecResult> {
+    return this.sandbox.execAt(`${this.route}/exec`, command, options);
+  }
+
+  execStream(command: Command, options: ExecOptions = {}): AsyncGenerator<ExecEvent> {
+    return this.sandbox.execStreamAt(`${this.route}/exec`, command, options);
+  }
+
+  async delete(): Promise<void> {
+    await this.sandbox.call("DELETE", this.route);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.delete();
+  }
+}
+
+function networkState(raw: Raw): NetworkState {
+  return {
+    mode: raw.mode, allow: raw.allow ?? [], deny: raw.deny ?? [], stats: raw.stats ?? null,
+    error: raw.error ?? null, caPem: raw.ca_pem ?? null, placeholders: raw.placeholders ?? {}, raw,
+  };
+}
+
 export class Sandbox {
   info: SandboxInfo;
 
@@ -202,13 +260,18 @@ export class Sandbox {
    * Runs a command and answers when it exits: a result for every exit code (check: true throws
    * CommandExitError instead). With onStdout/onStderr the output arrives as it happens.
    */
-  async exec(command: Command, options: ExecOptions = {}): Promise<ExecResult> {
+  exec(command: Command, options: ExecOptions = {}): Promise<ExecResult> {
+    return this.execAt("/exec", command, options);
+  }
+
+  /** exec at another route of this sandbox with the same body and result (a session's exec). */
+  async execAt(route: string, command: Command, options: ExecOptions): Promise<ExecResult> {
     let result: ExecResult;
     if (options.onStdout || options.onStderr) {
       let stdout = "";
       let stderr = "";
       let final: ExecResult | undefined;
-      for await (const event of this.execStream(command, options)) {
+      for await (const event of this.execStreamAt(route, command, options)) {
         if (event.type === "stdout") {
           stdout += event.data;
           options.onStdout?.(event.data);
@@ -222,7 +285,7 @@ export class Sandbox {
       if (final === undefined) throw new Error("hutchd's exec stream ended without an exit status");
       result = final;
     } else {
-      result = execResult(await this.transport.json<Raw>("POST", `${this.base}/exec`, {
+      result = execResult(await this.transport.json<Raw>("POST", `${this.base}${route}`, {
         json: execBody(command, options), signal: options.signal,
       }));
     }
@@ -231,8 +294,12 @@ export class Sandbox {
   }
 
   /** The exec's output as events while it runs, then its exit. Aborting kills the command's tree. */
-  async *execStream(command: Command, options: ExecOptions = {}): AsyncGenerator<ExecEvent> {
-    const response = await this.transport.request("POST", `${this.base}/exec`, {
+  execStream(command: Command, options: ExecOptions = {}): AsyncGenerator<ExecEvent> {
+    return this.execStreamAt("/exec", command, options);
+  }
+
+  async *execStreamAt(route: string, command: Command, options: ExecOptions): AsyncGenerator<ExecEvent> {
+    const response = await this.transport.request("POST", `${this.base}${route}`, {
       json: { ...execBody(command, options), stream: true }, signal: options.signal,
     });
     for await (const line of ndjson<Raw>(response)) {
@@ -248,6 +315,76 @@ export class Sandbox {
       json: { ...execBody(command, options), background: true }, signal: options.signal,
     });
     return new Process(this.transport, this.id, raw.pid);
+  }
+
+  /** A JSON request to a route of this sandbox (`suffix` after /v1/sandboxes/{id}). */
+  call<T = Raw>(method: string, suffix: string, options: { json?: unknown } = {}): Promise<T> {
+    return this.transport.json<T>(method, `${this.base}${suffix}`, options);
+  }
+
+  /** Starts a command (default /bin/sh) on a pseudo-terminal of the sandbox's own devpts. */
+  async pty(command?: Command, options: PtyOptions = {}): Promise<Pty> {
+    const body: Raw = { cols: options.cols ?? 80, rows: options.rows ?? 24 };
+    if (command !== undefined) Object.assign(body, Array.isArray(command) ? { argv: command } : { command });
+    if (options.workdir !== undefined) body.workdir = options.workdir;
+    if (options.env !== undefined) body.env = options.env;
+    const raw = await this.call("POST", "/ptys", { json: body });
+    return new Pty(this.transport, this.id, raw.pid);
+  }
+
+  async ptys(): Promise<ProcessStatus[]> {
+    return ((await this.call("GET", "/ptys")).ptys as Raw[]).map(processStatus);
+  }
+
+  /** Opens a shell session (name generated when absent). */
+  async session(name?: string, options: { workdir?: string; env?: Record<string, string> } = {}): Promise<Session> {
+    const body: Raw = { ...options };
+    if (name !== undefined) body.name = name;
+    return new Session(this, (await this.call("POST", "/sessions", { json: body })).name);
+  }
+
+  async sessions(): Promise<Session[]> {
+    return ((await this.call("GET", "/sessions")).sessions as Raw[]).map((s) => new Session(this, s.name));
+  }
+
+  /** inotify events of a directory as they happen; resume with `since` = the last event's seq. */
+  async *watch(path: string, options: WatchOptions = {}): AsyncGenerator<WatchEvent> {
+    const response = await this.transport.request("GET", `${this.base}/watch`, {
+      query: { path, recursive: options.recursive ? "1" : undefined, since: options.since }, signal: options.signal,
+    });
+    try {
+      for await (const line of ndjson<Raw>(response)) {
+        if (line.end !== undefined) return;
+        if (line.keepalive) continue;
+        yield {
+          seq: line.seq, event: line.event, path: line.path, isDir: line.is_dir ?? false,
+          ...(line.from !== undefined ? { from: line.from } : {}),
+        };
+      }
+    } finally {
+      response.destroy();
+    }
+  }
+
+  async network(): Promise<NetworkState> {
+    return networkState(await this.call("GET", "/network"));
+  }
+
+  /** Replaces the policy (a mode or a policy object, as create's `network`). */
+  async setNetwork(policy: NetworkPolicy): Promise<NetworkState> {
+    return networkState(await this.call("PUT", "/network", { json: policy }));
+  }
+
+  /** The engine's decisions for this sandbox, oldest first; `follow` keeps the stream open. */
+  async *networkLog(options: { follow?: boolean; signal?: AbortSignal } = {}): AsyncGenerator<Raw> {
+    const response = await this.transport.request("GET", `${this.base}/network/log`, {
+      query: { follow: options.follow ? "1" : undefined }, signal: options.signal,
+    });
+    try {
+      yield* ndjson<Raw>(response);
+    } finally {
+      response.destroy();
+    }
   }
 
   process(pid: number): Process {

@@ -18,10 +18,56 @@ export interface CreateOptions {
   idleTtlSeconds?: number;
   maxLifetimeSeconds?: number;
   defaultTimeoutSeconds?: number;
-  network?: "loopback" | "none";
+  network?: NetworkPolicy;
   hostname?: string;
   workdir?: string;
+  /** Host directories under hutchd's --mount-root, read-only unless readonly: false. */
+  mounts?: { source: string; target: string; readonly?: boolean }[];
   signal?: AbortSignal;
+}
+
+export type NetworkMode = "none" | "loopback" | "filtered" | "open";
+
+/** A mode, or a policy: `{ mode, allow, deny, inject }` (docs/network.md). */
+export type NetworkPolicy = NetworkMode | { mode: NetworkMode; allow?: string[]; deny?: string[]; inject?: unknown[] };
+
+export interface NetworkState {
+  mode: NetworkMode;
+  allow: string[];
+  deny: string[];
+  stats: Record<string, number> | null;
+  error: { code: string; message: string } | null;
+  caPem: string | null;
+  placeholders: Record<string, string>;
+  raw: Record<string, any>;
+}
+
+export interface PtyOptions {
+  cols?: number;
+  rows?: number;
+  workdir?: string;
+  env?: Record<string, string>;
+}
+
+export interface WatchOptions {
+  recursive?: boolean;
+  since?: number;
+  signal?: AbortSignal;
+}
+
+/** One watch event: create, modify, delete, move (with `from`), attrib, or overflow/reset/limit. */
+export interface WatchEvent {
+  seq: number;
+  event: string;
+  path: string;
+  isDir: boolean;
+  from?: string;
+}
+
+export interface SecretInfo {
+  name: string;
+  source: "file" | "environment" | "api";
+  updated: string;
 }
 
 export interface SandboxInfo {
