@@ -22,6 +22,7 @@
 #include "tests/common/command.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
+#include "tests/common/socket_io.h"
 #include "tests/common/temp_dir.h"
 
 namespace hutch::testing {
@@ -37,18 +38,6 @@ std::string read_whole(const std::string& path) {
 void write_whole(const std::string& path, const std::string& data) {
   std::ofstream file(path, std::ios::binary);
   file << data;
-}
-
-int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
 }
 
 class ClientTest : public ::testing::Test {

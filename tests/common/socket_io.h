@@ -1,9 +1,12 @@
-// Writing a whole buffer to a socket in the tests (MSG_NOSIGNAL: a peer that closed is a false,
-// not a SIGPIPE).
+// Socket helpers of the tests: writing a whole buffer (MSG_NOSIGNAL: a peer that closed is a
+// false, not a SIGPIPE) and finding a free loopback TCP port.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <string_view>
 
@@ -16,6 +19,21 @@ inline bool send_all(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
+}
+
+// A TCP port of 127.0.0.1 the kernel had free a moment ago (0 if it could not say): the
+// listener asked to use it may still lose a race for it, which then fails that test loudly.
+inline int free_tcp_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  const bool known = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  return known ? ntohs(address.sin_port) : 0;
 }
 
 }  // namespace hutch::testing

@@ -111,18 +111,6 @@ Answer round_trip(const std::string& socket, const std::string& request,
   return read_until_closed(fd.get(), timeout);
 }
 
-int free_tcp_port() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t length = sizeof(addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &length) != 0)
-    return 0;
-  return ntohs(addr.sin_port);
-}
-
 // The inodes of the daemon's ends of connections to the unix socket `path` (they carry the
 // listener's path in /proc/net/unix; a client's end has none): state 02 not accepted yet, 03
 // accepted. The listener itself is state 01.

@@ -140,18 +140,6 @@ uint32_t crc32(const std::string& data) {
   return crc ^ 0xFFFFFFFFu;
 }
 
-int free_tcp_port() {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t length = sizeof(addr);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &length) != 0)
-    return 0;
-  return ntohs(addr.sin_port);
-}
-
 // One request written as is on a fresh unix-socket connection (no client library to tidy the
 // target); what came back until the server closed or 5 s passed.
 std::string raw_round_trip(const std::string& socket, const std::string& request) {
