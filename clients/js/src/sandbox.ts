@@ -6,7 +6,7 @@ import { CommandExitError } from "./errors.js";
 import { Body, ndjson, readAll, Transport } from "./transport.js";
 import type {
   Checkpoint, DownloadResult, ExecEvent, ExecOptions, ExecResult, FileEntry, GrepMatch, NetworkPolicy,
-  NetworkState, OutputChunk, ProcessStatus, PtyOptions, ReadLines, SandboxInfo, SnapshotResult,
+  NetworkState, OutputChunk, PortToken, ProcessStatus, PtyOptions, ReadLines, SandboxInfo, SnapshotResult,
   UploadResult, WatchEvent, WatchOptions,
 } from "./types.js";
 
@@ -201,6 +201,13 @@ export class Session {
   }
 }
 
+function portToken(raw: Raw): PortToken {
+  return {
+    id: raw.id, port: raw.port, expiresAt: raw.expires_at,
+    ...(raw.token !== undefined ? { token: raw.token, url: raw.url } : {}),
+  };
+}
+
 function networkState(raw: Raw): NetworkState {
   return {
     mode: raw.mode, allow: raw.allow ?? [], deny: raw.deny ?? [], stats: raw.stats ?? null,
@@ -385,6 +392,28 @@ export class Sandbox {
     } finally {
       response.destroy();
     }
+  }
+
+  /** One HTTP request to the sandbox's TCP `port` through hutchd's proxy: its status and body. */
+  async portRequest(port: number, path = "/", options: { method?: string; body?: Body; headers?: Record<string, string> } = {}): Promise<{ status: number; body: Buffer }> {
+    const response = await this.transport.request(options.method ?? "GET", `${this.base}/ports/${port}/${path.replace(/^\/+/, "")}`, {
+      body: options.body, headers: options.headers,
+    });
+    return { status: response.statusCode ?? 0, body: await readAll(response) };
+  }
+
+  /** A revocable, expiring token that opens `port`'s proxy paths (`token` shown only here). */
+  async portToken(port: number, options: { ttlSeconds?: number } = {}): Promise<PortToken> {
+    const body = options.ttlSeconds === undefined ? {} : { ttl_seconds: options.ttlSeconds };
+    return portToken(await this.call("POST", `/port-tokens/${port}`, { json: body }));
+  }
+
+  async portTokens(port: number): Promise<PortToken[]> {
+    return ((await this.call("GET", `/port-tokens/${port}`)).tokens as Raw[]).map(portToken);
+  }
+
+  async revokePortToken(port: number, tokenId: string): Promise<void> {
+    await this.call("DELETE", `/port-tokens/${port}/${encodeURIComponent(tokenId)}`);
   }
 
   process(pid: number): Process {

@@ -202,3 +202,12 @@ export interface Checkpoint {
   digest: string;
   created: string;
 }
+
+/** A port token; `token` (and `url`, a browser link) only in the answer that made it. */
+export interface PortToken {
+  id: string;
+  port: number;
+  expiresAt: string;
+  token?: string;
+  url?: string;
+}

@@ -138,3 +138,37 @@ def test_mounts_reach_hutchd(client: hutch.Client, tmp_path) -> None:
         client.create(mounts=[{"source": str(tmp_path), "target": "/skills", "readonly": True}])
     assert refused.value.code == "mount_source_refused"
     assert str(tmp_path) in str(refused.value)
+
+
+def test_ports_proxy_and_port_tokens(daemon, sandbox: hutch.Sandbox) -> None:
+    import urllib.error
+    import urllib.request
+
+    sandbox.files.write_text("/tmp/site/index.html", "served from inside")
+    sandbox.spawn(["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"],
+                  workdir="/tmp/site")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            status, body = sandbox.port_request(8000, "/index.html")
+            break
+        except hutch.HutchError as e:
+            assert e.code == "port_unreachable" and time.monotonic() < deadline, e
+            time.sleep(0.05)
+    assert (status, body) == (200, b"served from inside")
+
+    token = sandbox.port_token(8000, ttl_seconds=60)
+    assert token.token and token.token.startswith("hpt_") and token.port == 8000
+    assert [t.id for t in sandbox.port_tokens(8000)] == [token.id]
+    assert sandbox.port_tokens(8000)[0].token is None  # the value is shown once
+    url = f"{daemon.url}/v1/sandboxes/{sandbox.id}/ports/8000/index.html"
+    with urllib.request.urlopen(urllib.request.Request(
+            url, headers={"X-Hutch-Port-Token": token.token}), timeout=10) as answer:
+        assert answer.read() == b"served from inside"
+    sandbox.revoke_port_token(8000, token.id)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(
+            url, headers={"X-Hutch-Port-Token": token.token}), timeout=10)
+    assert refused.value.code == 401
+    with pytest.raises(hutch.NotFound):
+        sandbox.revoke_port_token(8000, token.id)

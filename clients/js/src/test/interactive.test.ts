@@ -135,6 +135,27 @@ describe("interactive features", { skip }, () => {
     await rejectsWith(client.setSecret("bad name", "x"), 400, "bad_secret");
   });
 
+  test("the port proxy and port tokens", async () => {
+    await sandbox.writeFile("/tmp/site/index.html", "served from inside");
+    await sandbox.spawn(["python3", "-m", "http.server", "8001", "--bind", "127.0.0.1"], { workdir: "/tmp/site" });
+    const answer = await until("the server inside", async () => {
+      try {
+        return await sandbox.portRequest(8001, "/index.html");
+      } catch (error) {
+        assert.ok(error instanceof HutchError && error.code === "port_unreachable", String(error));
+        return undefined;
+      }
+    });
+    assert.deepEqual([answer.status, answer.body.toString()], [200, "served from inside"]);
+    const token = await sandbox.portToken(8001, { ttlSeconds: 60 });
+    assert.match(token.token ?? "", /^hpt_/);
+    const listed = await sandbox.portTokens(8001);
+    assert.deepEqual(listed.map((t) => [t.id, t.token]), [[token.id, undefined]]);
+    await sandbox.revokePortToken(8001, token.id);
+    assert.deepEqual(await sandbox.portTokens(8001), []);
+    await rejectsWith(sandbox.revokePortToken(8001, token.id), 404, "token_not_found");
+  });
+
   test("create's mounts reach hutchd (refused: this hutchd has no --mount-root)", async () => {
     await rejectsWith(client.create({ mounts: [{ source: "/tmp", target: "/skills" }] }), 400, "mount_source_refused");
   });

@@ -16,7 +16,7 @@ from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFo
                           Unprocessable)
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
                           GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
-                          ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
+                          PortToken, ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
                           TextWindow, WatchEvent)
 
 __version__ = "0.1.0"
@@ -33,4 +33,5 @@ __all__ = [
     "SandboxInfo", "ExecResult", "OutputEvent", "ProcessStatus", "OutputChunk", "FileEntry",
     "TextWindow", "GrepMatch", "GrepResult", "FileResult", "Recipe", "BakeResult",
     "SnapshotResult", "Checkpoint", "Health", "Pool", "WatchEvent", "NetworkState", "SecretInfo",
+    "PortToken",
 ]

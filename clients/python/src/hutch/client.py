@@ -14,7 +14,7 @@ from hutch._transport import Response, Transport
 from hutch.errors import CommandError, FileNotFound, HutchError, ProtocolError
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
                           GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
-                          ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
+                          PortToken, ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
                           TextWindow, WatchEvent)
 
 Command = Union[str, Sequence[str]]
@@ -398,6 +398,30 @@ class Sandbox:
             for line in response.iter_lines():
                 if line.strip():
                     yield _json_line(line, "network log", response)
+
+    # ---- ports ----
+
+    def port_request(self, port: int, path: str = "/", *, method: str = "GET",
+                     body: bytes | None = None,
+                     headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """One HTTP request to the sandbox's TCP `port` through hutchd's proxy; its status and
+        body (a status >= 400 from the sandbox's server raises as any hutchd answer does)."""
+        target = f"/ports/{int(port)}/" + path.lstrip("/")
+        with self.client.transport.request(method, self.path + target, body=body,
+                                           headers=headers) as response:
+            return response.status, response.read()
+
+    def port_token(self, port: int, *, ttl_seconds: int | None = None) -> PortToken:
+        """A revocable, expiring token that opens `port`'s proxy paths (its value shown once)."""
+        body = {} if ttl_seconds is None else {"ttl_seconds": ttl_seconds}
+        return PortToken.from_json(self._call("POST", f"/port-tokens/{int(port)}", json_body=body))
+
+    def port_tokens(self, port: int) -> list[PortToken]:
+        data = self._call("GET", f"/port-tokens/{int(port)}")
+        return [PortToken.from_json(t) for t in data["tokens"]]
+
+    def revoke_port_token(self, port: int, token_id: str) -> None:
+        self._call("DELETE", f"/port-tokens/{int(port)}/{_q(token_id)}")
 
     def process(self, pid: int) -> Process:
         """Reconnects to background process `pid` (ProcessNotFound if hutchd has no record)."""

@@ -305,3 +305,20 @@ class SecretInfo:
     def from_json(cls, data: dict[str, Any]) -> SecretInfo:
         return cls(name=str(data["name"]), source=str(data.get("source", "")),
                    updated=str(data.get("updated", "")))
+
+
+@dataclass
+class PortToken:
+    """A port token: `token` (and `url`, a browser link) only in the answer that made it."""
+
+    id: str
+    port: int
+    expires_at: str = ""
+    token: str | None = None
+    url: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PortToken:
+        return cls(id=str(data["id"]), port=int(data["port"]),
+                   expires_at=str(data.get("expires_at", "")), token=data.get("token"),
+                   url=data.get("url"))
