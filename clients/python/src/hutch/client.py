@@ -8,7 +8,7 @@ import os
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, Any, Union
+from typing import IO, Any, Self, Union
 
 from hutch._transport import Response, Transport
 from hutch.errors import CommandError, FileNotFound, HutchError, ProtocolError
@@ -458,7 +458,22 @@ class Sandbox:
         return self._update(self._call("POST", f"/checkpoints/{_q(name)}/rollback"))
 
 
-class ExecStream:
+class _StreamedAnswer:
+    """An answer read as it comes; closing it (or leaving `with`) drops the connection."""
+
+    _response: Response
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ExecStream(_StreamedAnswer):
     """The events of a streamed exec; `result` is set once the iteration ended."""
 
     def __init__(self, response: Response) -> None:
@@ -486,15 +501,6 @@ class ExecStream:
         if self.result is None:
             raise ProtocolError("the exec stream ended without its final line",
                                 request_id=self._response.request_id)
-
-    def close(self) -> None:
-        self._response.close()
-
-    def __enter__(self) -> ExecStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Session:
@@ -536,7 +542,7 @@ class Session:
         self.delete()
 
 
-class WatchStream:
+class WatchStream(_StreamedAnswer):
     """The events of a watch; keepalives only advance `last_seq`; `end` is why hutchd ended it."""
 
     def __init__(self, response: Response) -> None:
@@ -559,15 +565,6 @@ class WatchStream:
                     yield WatchEvent.from_json(data)
         finally:
             self.close()
-
-    def close(self) -> None:
-        self._response.close()
-
-    def __enter__(self) -> WatchStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _json_line(line: bytes, what: str, response: Response) -> dict[str, Any]:
