@@ -20,10 +20,14 @@ def test_recipe_bake_list_create_delete(daemon, client: hutch.Client) -> None:
     assert "visible-in-log" in baked.log
     assert client.recipes.bake(str(recipe), env={"SECRET_X": "visible-in-log"}).cached
     assert name in [r.name for r in client.recipes.list()]
-    with client.create(recipe=name) as sb:
+    sb = client.create(recipe=name)
+    try:
         assert sb.info.recipe == name and sb.info.layers
         assert sb.exec("cat /etc/baked-by-recipe").stdout == "baked\n"
         assert sb.exec("echo ${SECRET_X:-unset}").stdout == "unset\n"
+    finally:
+        # Until its teardown is done the sandbox still uses the layer, which gc then keeps.
+        sb.delete(wait=True)
     client.recipes.delete(name)
     assert name not in [r.name for r in client.recipes.list()]
     with pytest.raises(hutch.RecipeNotFound) as caught:
