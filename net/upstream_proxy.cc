@@ -120,7 +120,11 @@ std::optional<std::string> UpstreamProxy::tunnel_target(const std::optional<std:
 
 std::string connect_request(std::string_view target,
                             std::optional<std::string_view> authorization) {
-  std::string out = "CONNECT ";
+  std::string out;
+  // One allocation: a reallocation would leave a copy of the credentials in freed memory, out of
+  // reach of the caller's wipe.
+  out.reserve(64 + 2 * target.size() + (authorization ? authorization->size() : 0));
+  out += "CONNECT ";
   out += target;
   out += " HTTP/1.1\r\nHost: ";
   out += target;
