@@ -120,6 +120,16 @@ int main(int argc, char** argv) {
   app.add_option("--net-upstream-ca", net_upstream_ca,
                  "Tests only (HUTCH_TEST_NET=1): verify the upstreams of terminated TLS "
                  "connections with this PEM file's CAs instead of the host's trust store");
+  std::string net_upstream_proxy, net_no_proxy, net_upstream_proxy_secret;
+  app.add_option("--net-upstream-proxy", net_upstream_proxy,
+                 "http://HOST:PORT: every allowed egress connection goes through this proxy as "
+                 "CONNECT (no direct fallback; a HOST name is resolved once, at start)");
+  app.add_option("--net-no-proxy", net_no_proxy,
+                 "Destinations dialled directly, not through --net-upstream-proxy: names, "
+                 ".suffix or *.suffix, IPs and CIDRs, separated by commas");
+  app.add_option("--net-upstream-proxy-secret", net_upstream_proxy_secret,
+                 "The secret (--secrets-file, --secret-from-env) holding user:password for the "
+                 "proxy's Proxy-Authorization: Basic");
   std::string secrets_file;
   app.add_option("--secrets-file", secrets_file,
                  "NAME=value lines for credential injection (a regular file of hutchd's user, "
@@ -186,6 +196,11 @@ int main(int argc, char** argv) {
       return fail("--net-resolve wants NAME=ADDR, got \"" + entry + "\"");
     network.static_names[*name].push_back(*address);
   }
+  auto proxy = hutch::daemon::service::upstream_proxy_from_options(
+      net_upstream_proxy, net_no_proxy, net_upstream_proxy_secret, secrets.get(),
+      network.static_names);
+  if (!proxy) return fail(proxy.error().message());
+  network.upstream_proxy = std::move(*proxy);
 
   auto logger = spdlog::stderr_logger_mt("hutchd");
   spdlog::set_default_logger(logger);

@@ -74,6 +74,9 @@ std::string Metrics::render(uint64_t running, uint64_t paused) const {
   counter("hutch_net_reattach_failures_total",
           "Sandboxes adopted after a restart whose egress could not be re-attached (closed).",
           "hutch_net_reattach_failures_total " + value(net_.reattach_failures));
+  counter("hutch_net_proxy_failures_total",
+          "Egress connections the upstream proxy refused, failed or did not answer in time.",
+          "hutch_net_proxy_failures_total " + value(net_.proxy_failures));
   create_.render("hutch_create_seconds", "Sandbox creation latency.", out);
   exec_.render("hutch_exec_seconds", "Buffered and streamed exec latency.", out);
   return out;

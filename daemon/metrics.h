@@ -33,6 +33,10 @@ class Metrics {
   Histogram& exec_seconds() { return exec_; }
   // One network engine decision (daemon/service/network_service.h).
   void count_network(bool dns, bool allowed, uint64_t bytes_up, uint64_t bytes_down);
+  // A connection the upstream proxy refused, failed or did not answer (--net-upstream-proxy).
+  void count_network_proxy_failure() {
+    net_.proxy_failures.fetch_add(1, std::memory_order_relaxed);
+  }
   // A sandbox a restarted hutchd adopted without its egress (its network not re-attached).
   void count_network_reattach_failure() {
     net_.reattach_failures.fetch_add(1, std::memory_order_relaxed);
@@ -46,6 +50,7 @@ class Metrics {
   struct NetCounters {
     std::atomic<uint64_t> allowed{0}, denied{0}, dns{0}, dns_denied{0}, up{0}, down{0};
     std::atomic<uint64_t> reattach_failures{0};
+    std::atomic<uint64_t> proxy_failures{0};
   } net_;
   Histogram create_;
   Histogram exec_;

@@ -22,18 +22,23 @@ constexpr auto kKeepalive = std::chrono::seconds(5);
 
 json decision_json(const service::LoggedDecision& entry) {
   const net::ConnectionLog& log = entry.log;
-  return {{"seq", entry.seq},
-          {"time", iso8601(log.started)},
-          {"protocol", log.protocol},
-          {"name", log.name ? json(*log.name) : json(nullptr)},
-          {"address", log.address},
-          {"port", log.port},
-          {"allowed", log.allowed},
-          {"rule", log.rule},
-          {"reason", log.reason},
-          {"bytes_up", log.bytes_up},
-          {"bytes_down", log.bytes_down},
-          {"duration_ms", log.duration_ms}};
+  json out = {{"seq", entry.seq},
+              {"time", iso8601(log.started)},
+              {"protocol", log.protocol},
+              {"name", log.name ? json(*log.name) : json(nullptr)},
+              {"address", log.address},
+              {"port", log.port},
+              {"allowed", log.allowed},
+              {"rule", log.rule},
+              {"reason", log.reason},
+              {"bytes_up", log.bytes_up},
+              {"bytes_down", log.bytes_down},
+              {"duration_ms", log.duration_ms}};
+  if (!log.via_proxy.empty()) {
+    out["via_proxy"] = log.via_proxy;
+    out["proxy_failed"] = log.proxy_failed;
+  }
+  return out;
 }
 
 json status_json(const service::NetworkStatus& status, const Sandbox& sandbox) {

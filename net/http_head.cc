@@ -82,6 +82,8 @@ std::string_view strip_dot(std::string_view host) {
   return host;
 }
 
+}  // namespace
+
 void append_json_string(std::string& out, std::string_view text) {
   out.push_back('"');
   for (char c : text) {
@@ -100,8 +102,6 @@ void append_json_string(std::string& out, std::string_view text) {
   }
   out.push_back('"');
 }
-
-}  // namespace
 
 HttpHead parse_http_head(std::span<const uint8_t> bytes) {
   const std::string_view data(reinterpret_cast<const char*>(bytes.data()),

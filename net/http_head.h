@@ -37,6 +37,10 @@ struct HttpHead {
 // request with no host at all, userinfo ("user@host") in an authority.
 HttpHead parse_http_head(std::span<const uint8_t> bytes);
 
+// `text` as a JSON string, quoted, with quotes, backslashes, control and non-ASCII bytes escaped
+// (a hostile Host may hold invalid UTF-8, and a body must stay JSON).
+void append_json_string(std::string& out, std::string_view text);
+
 // "HTTP/1.1 403 Forbidden" with Connection: close and a JSON body
 // {"error":"network_denied","host":...,"port":...,"rule":...,"reason":...} (strings escaped).
 std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,

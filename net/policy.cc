@@ -286,6 +286,25 @@ Decision decide_name(const Policy& policy, std::string_view name) {
   return denied("default", "no allow rule names " + *normal);
 }
 
+Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port) {
+  if (auto decision = decide_mode(policy.mode)) return *decision;
+  auto normal = normalize_name(name);
+  if (!normal) return denied("name", normal.error().detail);
+  if (auto reason = Floor::refuse_name(*normal)) return denied("floor", *reason);
+  for (const Rule& rule : policy.deny) {
+    if (name_matches(rule, *normal) && port_matches(rule, Role::kDeny, port)) {
+      return denied(rule.to_string(), "denied by rule \"" + rule.to_string() + "\"");
+    }
+  }
+  for (const Rule& rule : policy.allow) {
+    if (name_matches(rule, *normal) && port_matches(rule, Role::kAllow, port)) {
+      return allowed(rule.to_string(), "allowed by rule \"" + rule.to_string() + "\"");
+    }
+  }
+  return denied("default", "no allow rule names " + *normal + ":" + std::to_string(port) +
+                               " (a name the host cannot resolve needs a rule naming it)");
+}
+
 Decision check_resolved(const Policy& policy, const Floor& floor, std::string_view name,
                         const Address& address) {
   const std::string what = std::string(name) + " resolves to " + address.to_string();

@@ -123,6 +123,12 @@ Decision decide(const Policy& policy, const Floor& floor, const Connection& conn
 // name rule allows it on some port and no portless deny names it, or the mode is open.
 Decision decide_name(const Policy& policy, std::string_view name);
 
+// A connection known only by its name, for a name the host cannot resolve that the upstream
+// proxy (net/upstream_proxy.h) is asked to reach by name: only rules naming it decide (deny, then
+// allow, each by name and port); mode open allows no such name, since no address can be checked
+// against the floor and the private ranges.
+Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port);
+
 // The DNS rebinding rule, for each address an upstream resolver gave for an allowed name: the
 // floor refuses it, a portless deny of its address refuses it, and a private address needs an
 // allow by address or CIDR. Refused addresses are dropped from the answer.

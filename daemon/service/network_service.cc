@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -39,6 +40,12 @@ bool uses_engine(const net::Policy& policy) { return has_egress(policy.mode); }
 ServiceResult<void> check_inject_secrets(const net::Policy& policy, const SecretStore* secrets) {
   for (const net::InjectRule& rule : policy.inject) {
     for (const net::InjectHeader& header : rule.headers) {
+      if (auto purpose = secrets ? secrets->reserved_for(header.secret) : std::nullopt) {
+        return service_error(ErrorKind::kInvalid, "reserved_secret",
+                             "network.inject: header \"" + header.name + "\" names secret \"" +
+                                 header.secret + "\", which hutchd keeps for " + *purpose +
+                                 ": no inject rule may send it elsewhere");
+      }
       if (secrets == nullptr || !secrets->contains(header.secret)) {
         return service_error(ErrorKind::kInvalid, "unknown_secret",
                              "network.inject: header \"" + header.name + "\" names secret \"" +
@@ -49,6 +56,56 @@ ServiceResult<void> check_inject_secrets(const net::Policy& policy, const Secret
     }
   }
   return {};
+}
+
+Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
+    const std::string& url, const std::string& no_proxy, const std::string& secret,
+    SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names) {
+  if (url.empty()) {
+    if (!no_proxy.empty() || !secret.empty())
+      return plain_error(
+          "upstream proxy",
+          "--net-no-proxy and --net-upstream-proxy-secret need --net-upstream-proxy");
+    return std::optional<net::UpstreamProxy>();
+  }
+  const net::ProxyUrl parsed = HUTCH_TRY(net::parse_proxy_url(url));
+  net::UpstreamProxy proxy;
+  proxy.host = parsed.host;
+  proxy.port = parsed.port;
+  proxy.no_proxy = HUTCH_TRY(net::NoProxy::parse(no_proxy));
+  if (parsed.address) {
+    proxy.address = *parsed.address;
+  } else if (auto it = static_names.find(parsed.host); it != static_names.end()) {
+    proxy.address = it->second.front();
+  } else {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    if (const int rc = ::getaddrinfo(parsed.host.c_str(), nullptr, &hints, &list); rc != 0)
+      return plain_error("getaddrinfo",
+                         parsed.host + " (--net-upstream-proxy): " + gai_strerror(rc));
+    if (list->ai_family == AF_INET) {
+      proxy.address = net::Address::v4(
+          ntohl(reinterpret_cast<const sockaddr_in*>(list->ai_addr)->sin_addr.s_addr));
+    } else {
+      std::array<uint8_t, 16> bytes{};
+      std::memcpy(bytes.data(), &reinterpret_cast<const sockaddr_in6*>(list->ai_addr)->sin6_addr,
+                  bytes.size());
+      proxy.address = net::Address::v6(bytes);
+    }
+    ::freeaddrinfo(list);
+  }
+  if (!secret.empty()) {
+    if (secrets == nullptr || !secrets->contains(secret)) {
+      return plain_error("upstream proxy",
+                         "--net-upstream-proxy-secret " + secret +
+                             ": hutchd holds no such secret (--secrets-file or --secret-from-env)");
+    }
+    secrets->reserve(secret, "the upstream proxy's credentials");
+    proxy.credentials_secret = secret;
+  }
+  return std::optional<net::UpstreamProxy>(std::move(proxy));
 }
 
 Result<std::vector<net::Address>> host_addresses() {
@@ -93,6 +150,7 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
   engine.upstream_netns_fd = service->upstream_netns_.get();
   if (!service->options_.upstream_ca_file.empty())
     engine.upstream_ca_file = service->options_.upstream_ca_file;
+  engine.upstream_proxy = service->options_.upstream_proxy;
   if (auto store = service->options_.secrets) {
     engine.secrets = [store](std::string_view name) -> std::optional<std::string> {
       auto value = store->value(name);
@@ -279,6 +337,7 @@ std::vector<LoggedDecision> NetworkService::decisions(const std::string& id, uin
 
 void NetworkService::record(const net::ConnectionLog& log) {
   metrics_.count_network(log.protocol == "dns", log.allowed, log.bytes_up, log.bytes_down);
+  if (log.proxy_failed) metrics_.count_network_proxy_failure();
   // hutchd's log: one structured line per decision.
   spdlog::info(
       "sandbox={} net={} allowed={} name={} address={} port={} rule={:?} reason={:?} "

@@ -59,11 +59,21 @@ struct NetworkOptions {
   // Tests only (HUTCH_TEST_NET=1): upstreams of terminated connections are verified with this
   // PEM file's CAs instead of the host's trust store.
   std::string upstream_ca_file;
+  // --net-upstream-proxy, --net-no-proxy, --net-upstream-proxy-secret (net/upstream_proxy.h).
+  std::optional<net::UpstreamProxy> upstream_proxy;
 };
 
 // Every secret the policy's inject rules name is one hutchd holds: else kInvalid with code
 // "unknown_secret", naming the first missing one.
 ServiceResult<void> check_inject_secrets(const net::Policy& policy, const SecretStore* secrets);
+
+// The upstream proxy of --net-upstream-proxy URL, --net-no-proxy LIST and
+// --net-upstream-proxy-secret NAME (net/upstream_proxy.h); nullopt when `url` is empty. A name in
+// the URL is resolved now, once (from `static_names` first: tests). The secret must be held, and
+// is reserved for the proxy (no inject rule may name it).
+Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
+    const std::string& url, const std::string& no_proxy, const std::string& secret,
+    SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names);
 
 // The host's own addresses (getifaddrs), for the floor.
 Result<std::vector<net::Address>> host_addresses();

@@ -190,6 +190,18 @@ std::vector<SecretInfo> SecretStore::list() const {
   return infos;
 }
 
+void SecretStore::reserve(std::string name, std::string purpose) {
+  std::lock_guard lock(mutex_);
+  reserved_[std::move(name)] = std::move(purpose);
+}
+
+std::optional<std::string> SecretStore::reserved_for(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  auto it = reserved_.find(name);
+  if (it == reserved_.end()) return std::nullopt;
+  return it->second;
+}
+
 bool SecretStore::contains(std::string_view name) const {
   std::lock_guard lock(mutex_);
   return entries_.find(name) != entries_.end();

@@ -65,6 +65,11 @@ class SecretStore {
   Result<void> set(std::string_view name, std::string value, SecretSource source);
   Result<void> remove(std::string_view name);  // kNotFound when there is none
 
+  // A secret hutchd itself uses (the upstream proxy's credentials): no inject rule may name it,
+  // so no policy can send it to a host of its choosing. `purpose` says which use, for errors.
+  void reserve(std::string name, std::string purpose);
+  std::optional<std::string> reserved_for(std::string_view name) const;
+
   std::vector<SecretInfo> list() const;  // sorted by name
   bool contains(std::string_view name) const;
   // For the engine only: a copy of the value, zeroed when the caller drops it.
@@ -77,6 +82,7 @@ class SecretStore {
   };
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> entries_;
+  std::map<std::string, std::string, std::less<>> reserved_;
 };
 
 }  // namespace hutch::daemon::service

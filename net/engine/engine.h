@@ -24,6 +24,7 @@
 #include "net/inject.h"
 #include "net/policy.h"
 #include "net/tls/sandbox_ca.h"
+#include "net/upstream_proxy.h"
 #include "runtime/base/error.h"
 #include "runtime/base/unique_fd.h"
 
@@ -43,6 +44,10 @@ struct ConnectionLog {
   uint64_t bytes_down = 0;  // upstream -> sandbox
   double duration_ms = 0;
   std::chrono::system_clock::time_point started;
+  // Tunnelled through EngineOptions::upstream_proxy: its HOST:PORT ("" when dialled directly),
+  // and whether it refused the CONNECT, failed or did not answer in time.
+  std::string via_proxy;
+  bool proxy_failed = false;
 };
 
 // Resolves a name to addresses on the host. Called on an engine thread; must not block it for
@@ -73,6 +78,10 @@ struct EngineOptions {
   // Tests only: upstreams of terminated connections are verified with this PEM file's CAs
   // instead of the host's trust store.
   std::optional<std::string> upstream_ca_file;
+  // A corporate proxy every allowed connection goes through as CONNECT (no_proxy aside), with
+  // credentials from `secrets` (net/upstream_proxy.h). The CONNECT answer must come within
+  // connect_timeout.
+  std::optional<UpstreamProxy> upstream_proxy;
 };
 
 // A sandbox's side of credential injection: its CA (whose leaves the engine shows for the hosts

@@ -252,6 +252,7 @@ void Relay::decide() {
 
 void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> addresses) {
   if (phase_ != Phase::kResolving) return;
+  if ((!addresses || addresses->empty()) && dial_unresolved_via_proxy(name)) return;
   if (!addresses)
     return deny(refusal("name", "cannot resolve " + name + ": " + addresses.error().message()));
   const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
@@ -281,41 +282,52 @@ void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> ad
   deny(refusal("name", name + " resolves to no address"));
 }
 
-void Relay::dial(const Address& address, Decision decision) {
+void Relay::dial(const std::optional<Address>& address, Decision decision) {
+  const std::optional<UpstreamProxy>& proxy = sandbox_->options.upstream_proxy;
+  if (proxy && address && proxy->is_proxy_address(*address))
+    return deny(refusal("floor", "floor: the upstream proxy's address " + address->to_string()));
   count_decision(true);
   log_.allowed = true;
-  log_.address = address.to_string();
+  log_.address = address ? address->to_string() : "";
   log_.rule = std::move(decision.rule);
   log_.reason = std::move(decision.reason);
+  if (proxy) proxy_target_ = proxy->tunnel_target(log_.name, address, destination_.port);
+  if (proxy_target_) {
+    log_.via_proxy = proxy->authority();
+    log_.reason += "; via proxy " + log_.via_proxy;
+  }
+  // Without an address the connection is always tunnelled (dial_unresolved_via_proxy).
+  const Address& to = proxy_target_ ? proxy->address : *address;
+  const uint16_t port = proxy_target_ ? proxy->port : destination_.port;
+  std::string peer = proxy_target_ ? "upstream proxy " + log_.via_proxy : log_.address;
   phase_ = Phase::kConnecting;
-  const int domain = address.is_v4() ? AF_INET : AF_INET6;
+  const int domain = to.is_v4() ? AF_INET : AF_INET6;
   const int type = SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC;
   Result<UniqueFd> fd = sandbox_->options.upstream_netns_fd >= 0
                             ? socket_in_netns(sandbox_->options.upstream_netns_fd, domain, type)
                             : Result<UniqueFd>(UniqueFd(::socket(domain, type, 0)));
-  if (fd && !*fd) fd = sys_error("socket", address.is_v4() ? "AF_INET" : "AF_INET6");
+  if (fd && !*fd) fd = sys_error("socket", to.is_v4() ? "AF_INET" : "AF_INET6");
   if (!fd) return finish("upstream socket: " + fd.error().message(), true);
   boost::system::error_code error;
-  upstream_.assign(address.is_v4() ? Tcp::v4() : Tcp::v6(), fd->get(), error);
+  upstream_.assign(to.is_v4() ? Tcp::v4() : Tcp::v6(), fd->get(), error);
   if (error) return finish("upstream socket: " + error.message(), true);
   fd->release();
   timer_.expires_after(sandbox_->options.connect_timeout);
-  timer_.async_wait([self = shared_from_this()](const boost::system::error_code& error) {
+  timer_.async_wait([self = shared_from_this(), peer](const boost::system::error_code& error) {
     if (error || self->phase_ != Phase::kConnecting) return;
-    self->finish("connect to " + self->log_.address + ": timed out", true);
+    self->fail_connect("connect to " + peer + ": timed out");
   });
   upstream_.async_connect(
-      Tcp::endpoint(to_asio(address), destination_.port),
-      [self = shared_from_this()](const boost::system::error_code& error) {
+      Tcp::endpoint(to_asio(to), port),
+      [self = shared_from_this(), peer = std::move(peer)](const boost::system::error_code& error) {
         if (self->phase_ != Phase::kConnecting) return;
-        if (error) {
-          return self->finish("connect to " + self->log_.address + ": " + error.message(), true);
-        }
+        if (error) return self->fail_connect("connect to " + peer + ": " + error.message());
         self->on_connected();
       });
 }
 
 void Relay::on_connected() {
+  if (proxy_target_ && !tunnelled_) return open_tunnel();
   timer_.cancel();
   phase_ = Phase::kSplicing;
   boost::system::error_code ignored;

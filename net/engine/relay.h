@@ -46,8 +46,14 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void on_first_bytes(Sniff sniff);
   void decide();
   void on_resolved(const std::string& name, Result<std::vector<Address>> addresses);
-  void dial(const Address& address, Decision decision);
+  // `address` nullopt: a name the host cannot resolve, tunnelled by name (relay_proxy.cc).
+  void dial(const std::optional<Address>& address, Decision decision);
   void on_connected();
+  // The upstream proxy's leg (relay_proxy.cc).
+  bool dial_unresolved_via_proxy(const std::string& name);
+  void open_tunnel();
+  void fail_connect(std::string reason);
+  void proxy_failed(std::string reason, int status);
   void splice(bool up);
   void arm_idle_timer();
   // Terminated connections (net/inject.h): handshakes, then one request head at a time.
@@ -76,6 +82,8 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   std::optional<Address> host_address_;  // an IP-literal Host
   std::string http_host_;                // the Host as the 403 names it
   ConnectionLog log_;
+  std::optional<std::string> proxy_target_;  // through the upstream proxy: CONNECT's target
+  bool tunnelled_ = false;                   // the proxy answered 2xx
   using TlsStream = asio::ssl::stream<asio::ip::tcp::socket&>;
   bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
   std::optional<TlsStream> client_tls_, upstream_tls_;
