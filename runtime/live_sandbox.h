@@ -5,7 +5,9 @@
 //   owns its cgroups, and answers freeze/thaw/stats/snapshot/destroy on `supervisor_socket`
 //   (runtime/supervisor_protocol.h); when init ends, it tears down and exits. It does not depend on
 //   hutchd: a restarted hutchd reconnects to it (LiveSandbox::connect), and while no client is
-//   attached it enforces the sandbox's deadlines itself (LiveSandbox::set_deadlines).
+//   attached it enforces the sandbox's deadlines itself (LiveSandbox::set_deadlines). It also
+//   keeps the background processes handed to it (runtime/process_keeper.h, keep_process): their
+//   output and exit outlive hutchd too.
 // - init (pid 1 inside, fully confined) accepts exec requests on `exec_socket`, a listening socket
 //   on the host bound by the supervisor before clone3, and forks one shim per exec.
 // - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on

@@ -258,6 +258,32 @@ TEST_P(ReattachTest, ADeleteAfterTheRestartLeavesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+// With no hutchd, a kept process that runs holds the supervisor's idle TTL off, as it holds
+// hutchd's reaper off; the TTL counts from its end, and then the sandbox ends with nothing left.
+TEST(ReattachIdle, ARunningProcessHoldsTheIdleTtlOffWithoutHutchd) {
+  HUTCH_REQUIRE_ROOT();
+  TempDir temp;
+  auto daemon = std::make_unique<Hutchd>(temp.path());
+  ASSERT_TRUE(daemon->start()) << daemon->log();
+  auto created = daemon->post("/v1/sandboxes", {{"idle_ttl_seconds", 1}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  const std::string dir = daemon->state_dir() + "/sandboxes/" + id;
+  std::ifstream in(dir + "/sandbox.json");
+  const int supervisor = json::parse(in)["ref"]["supervisor_pid"];
+  const auto before_start = std::chrono::steady_clock::now();
+  auto started = daemon->post("/v1/sandboxes/" + id + "/exec",
+                              {{"argv", {"sleep", "3"}}, {"background", true}});
+  ASSERT_EQ(started.status, 201) << started.raw;
+  daemon->stop(SIGKILL);
+  std::this_thread::sleep_for(2s);
+  EXPECT_TRUE(process_running(supervisor)) << "ended at the idle TTL while a process ran";
+  EXPECT_TRUE(wait_until([&] { return !process_running(supervisor); }, 10s,
+                         "the sandbox to end after its process", 50ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - before_start, 3s + 1s) << "ended before the TTL";
+  EXPECT_TRUE(wait_until([&] { return !std::filesystem::exists(dir); }, 5s, "its dir to go"));
+}
+
 std::string signal_name(const ::testing::TestParamInfo<int>& info) {
   return info.param == SIGKILL ? "Sigkill" : "Sigterm";
 }
