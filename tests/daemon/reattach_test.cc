@@ -41,9 +41,11 @@ int processes_in_mount_namespace(ino_t inode) {
 
 class ReattachTest : public ::testing::TestWithParam<int> {
  protected:
+  // A clean stop waits this long for a request in flight (a session's command).
+  const std::vector<std::string> kArgs = {"--shutdown-grace", "1"};
   void SetUp() override {
     HUTCH_REQUIRE_ROOT();
-    daemon_ = std::make_unique<Hutchd>(temp_.path());
+    daemon_ = std::make_unique<Hutchd>(temp_.path(), kArgs);
     ASSERT_TRUE(daemon_->start()) << daemon_->log();
     auto created = daemon_->post("/v1/sandboxes", json::object());
     ASSERT_EQ(created.status, 201) << created.raw;
@@ -62,7 +64,7 @@ class ReattachTest : public ::testing::TestWithParam<int> {
   void restart() {
     const std::string log = daemon_->log();
     daemon_->stop(GetParam());
-    daemon_ = std::make_unique<Hutchd>(temp_.path());
+    daemon_ = std::make_unique<Hutchd>(temp_.path(), kArgs);
     ASSERT_TRUE(daemon_->start()) << log << "\n--- next ---\n" << daemon_->log();
     EXPECT_EQ(daemon_->get("/v1/health").body["recovered"]["adopted"], 1);
   }
@@ -234,6 +236,35 @@ TEST_P(ReattachTest, ASessionKeepsItsCwdAndEnvironment) {
   EXPECT_EQ(daemon_->del(base_ + "/sessions/work").status, 200);
   restart();
   EXPECT_EQ(daemon_->get(base_ + "/sessions").body["sessions"].size(), 2u);
+}
+
+// A session command is the request's, not kept: when hutchd goes (killed, or at the end of a clean
+// stop's grace), the shim sees its connection close and kills the command's tree; the session is
+// free again and keeps the state from before that command.
+TEST_P(ReattachTest, ASessionCommandRunningWhenHutchdGoesEndsAndTheSessionGoesOn) {
+  ASSERT_EQ(daemon_->post(base_ + "/sessions", {{"name", "s"}}).status, 201);
+  ASSERT_EQ(daemon_->post(base_ + "/sessions/s/exec", {{"command", "cd /tmp"}}).status, 200);
+  std::thread running([this] {
+    daemon_->post(base_ + "/sessions/s/exec",
+                  {{"command", "cd / && export B=2 && exec sleep 60 # reattach-marker"}});
+  });
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto ps =
+            daemon_->post(base_ + "/exec", {{"command", "ps -eo args | grep -c '^sleep 60'"}});
+        return ps.body.value("stdout", "") == "1\n";
+      },
+      5s, "the session's command to run"));
+  const std::string log = daemon_->log();
+  daemon_->stop(GetParam());
+  running.join();
+  daemon_ = std::make_unique<Hutchd>(temp_.path(), kArgs);
+  ASSERT_TRUE(daemon_->start()) << log << "\n--- next ---\n" << daemon_->log();
+  auto after = daemon_->post(base_ + "/sessions/s/exec", {{"command", "pwd; echo B=$B"}});
+  EXPECT_EQ(after.status, 200) << after.raw;
+  EXPECT_EQ(after.body["stdout"], "/tmp\nB=\n") << after.raw;
+  auto ps = daemon_->post(base_ + "/exec", {{"command", "ps -eo args | grep -c '^sleep 60'"}});
+  EXPECT_EQ(ps.body["stdout"], "0\n") << "the session's command outlived hutchd";
 }
 
 TEST_P(ReattachTest, ADeleteAfterTheRestartLeavesNothing) {
