@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "tests/common/command.h"
@@ -211,9 +212,27 @@ TEST_P(ReattachTest, APtyRunningCatSurvives) {
   // The kernel's view: the sandbox's first pty has the new size.
   auto size = daemon_->post(base_ + "/exec", {{"command", "stty -F /dev/pts/0 size"}});
   EXPECT_EQ(size.body["stdout"], "40 100\n") << size.raw;
-  auto closed = daemon_->del(pty);
-  EXPECT_EQ(closed.status, 200) << closed.raw;
-  EXPECT_EQ(closed.body["state"], "exited");
+  // A follower of the re-attached pty gets the output as it comes and the exit at its end.
+  std::thread closer([&] {
+    std::this_thread::sleep_for(300ms);
+    auto closed = daemon_->del(pty);
+    EXPECT_EQ(closed.status, 200) << closed.raw;
+    EXPECT_EQ(closed.body["state"], "exited");
+  });
+  auto followed = daemon_->get(pty + "/output?follow=1&offset=0");
+  closer.join();
+  ASSERT_EQ(followed.status, 200);
+  std::istringstream lines(followed.raw);
+  std::string line, data;
+  json last;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    last = json::parse(line);
+    if (last.contains("data")) data += last["data"].get<std::string>();
+  }
+  EXPECT_EQ(data, output());
+  EXPECT_NE(data.find("two\r\ntwo\r\n"), std::string::npos) << data;
+  EXPECT_EQ(last["exit_code"], 137) << followed.raw;
 }
 
 TEST_P(ReattachTest, ASessionKeepsItsCwdAndEnvironment) {
