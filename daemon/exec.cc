@@ -10,9 +10,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <thread>
 
 #include "daemon/json_codec.h"
+#include "daemon/service/sandbox_record.h"
 
 namespace hutch::daemon {
 namespace {
@@ -90,16 +94,9 @@ Result<ExecSession> ExecSession::start_on_pty(const LiveSandbox& sandbox, const 
                      std::move(master));
 }
 
-Result<void> ExecSession::resize(PtySize size) {
-  if (!pty_master_) return plain_error("resize", "the process has no pty");
-  winsize ws{};
-  ws.ws_col = size.cols;
-  ws.ws_row = size.rows;
-  if (ioctl(pty_master_.get(), TIOCSWINSZ, &ws) != 0)
-    return sys_error("ioctl", "TIOCSWINSZ " + std::to_string(size.cols) + "x" +
-                                  std::to_string(size.rows) + " on the pty of " +
-                                  std::to_string(pid()));
-  return {};
+ExecSession::Parts ExecSession::release() && {
+  return Parts{std::move(process_), std::move(stdout_), std::move(stderr_), std::move(stdin_),
+               std::move(pty_master_)};
 }
 
 Result<ExecSession> ExecSession::start(const LiveSandbox& sandbox, const ExecStart& start) {
@@ -237,15 +234,76 @@ ExecOutcome ExecSession::run(std::optional<Clock::time_point> deadline,
 
 // ---- background processes ----
 
-BackgroundProcess::BackgroundProcess(ExecSession session, std::vector<std::string> argv,
-                                     std::string dir, uint64_t cap)
-    : session_(std::move(session)),
-      pid_(session_.pid()),
-      argv_(std::move(argv)),
-      dir_(std::move(dir)),
-      stdin_(session_.take_stdin()),
-      out_cap_(cap),
-      err_cap_(cap) {}
+namespace {
+
+constexpr size_t kMaxExitFileBytes = 4096;
+
+int64_t unix_ms(std::chrono::system_clock::time_point time) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
+}
+
+Result<UniqueFd> create_file(const std::string& path, int flags) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | flags, 0600));
+  if (!fd) return sys_error("open", path);
+  return fd;
+}
+
+// A small file's text ("" when missing or unreadable: an exit not recorded yet).
+std::string read_small_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  std::string text(kMaxExitFileBytes, '\0');
+  ssize_t n = ::pread(fd.get(), text.data(), text.size(), 0);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return text;
+}
+
+KeptExit killed_exit() {
+  KeptExit exit;
+  exit.exit_code = 128 + SIGKILL;
+  exit.term_signal = SIGKILL;
+  exit.ended_unix_ms = unix_ms(std::chrono::system_clock::now());
+  return exit;
+}
+
+}  // namespace
+
+BackgroundProcess::BackgroundProcess(const LiveSandbox& sandbox, Record record, std::string dir)
+    : sandbox_(&sandbox), pid_(record.pid), dir_(std::move(dir)), record_(std::move(record)) {}
+
+std::string BackgroundProcess::path(std::string_view suffix) const {
+  return dir_ + "/proc-" + std::to_string(pid_) + std::string(suffix);
+}
+
+Result<void> BackgroundProcess::write_record(const std::string& dir, const Record& record) {
+  nlohmann::json j = {{"pid", record.pid},
+                      {"argv", record.argv},
+                      {"started_unix_ms", unix_ms(record.started_at)},
+                      {"cap_bytes", record.cap}};
+  if (record.pty) j["pty"] = {{"cols", record.pty->cols}, {"rows", record.pty->rows}};
+  return write_atomically(dir, "proc-" + std::to_string(record.pid) + ".json", j.dump() + "\n");
+}
+
+std::optional<BackgroundProcess::Record> BackgroundProcess::read_record(const std::string& path) {
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  try {
+    Record record;
+    record.pid = j.at("pid").get<pid_t>();
+    record.argv = j.at("argv").get<std::vector<std::string>>();
+    record.started_at = std::chrono::system_clock::time_point(
+        std::chrono::milliseconds(j.at("started_unix_ms").get<int64_t>()));
+    record.cap = j.at("cap_bytes").get<uint64_t>();
+    if (j.contains("pty"))
+      record.pty =
+          PtySize{j["pty"].at("cols").get<uint16_t>(), j["pty"].at("rows").get<uint16_t>()};
+    if (record.pid <= 0) return std::nullopt;
+    return record;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
 
 Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSandbox& sandbox,
                                                                     const ExecStart& start,
@@ -258,55 +316,166 @@ Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSa
   with_stdin.survive_disconnect = true;
   auto session = ExecSession::start(sandbox, with_stdin);
   if (!session) return std::unexpected(session.error());
-  std::shared_ptr<BackgroundProcess> process(
-      new BackgroundProcess(std::move(*session), start.argv, dir, cap_bytes));
+  ExecSession::Parts parts = std::move(*session).release();
+  Record record;
+  record.pid = parts.process.pid();
+  record.argv = start.argv;
+  record.started_at = std::chrono::system_clock::now();
+  record.cap = cap_bytes;
+  if (parts.pty_master) record.pty = start.pty;
+  std::shared_ptr<BackgroundProcess> process(new BackgroundProcess(sandbox, record, dir));
+  // Until the keeper has it, a failure here must not leave the command running unseen.
+  auto abandon = [&](const Error& error) -> Result<std::shared_ptr<BackgroundProcess>> {
+    (void)parts.process.kill_tree();
+    for (const char* suffix : {".stdout", ".stderr", ".exit", ".json"})
+      ::unlink(process->path(suffix).c_str());
+    return std::unexpected(error);
+  };
+  // The files exist before the keeper writes to them and before any reader looks.
+  auto out_file = create_file(process->path(".stdout"), O_APPEND);
+  if (!out_file) return abandon(out_file.error());
+  auto err_file = create_file(process->path(".stderr"), O_APPEND);
+  if (!err_file) return abandon(err_file.error());
+  auto exit_file = create_file(process->path(".exit"), 0);
+  if (!exit_file) return abandon(exit_file.error());
+  if (auto written = write_record(dir, record); !written) return abandon(written.error());
+  // A pty that could not be made has no output: an empty pipe stands in, so the keeper only
+  // waits for the exit that says why.
+  UniqueFd output = std::move(parts.out);
+  if (!output) {
+    auto empty = make_pipe();
+    if (!empty) return abandon(empty.error());
+    output = std::move(empty->first);
+  }
+  const bool pty = static_cast<bool>(parts.pty_master);
+  KeepRequest keep;
+  keep.pid = record.pid;
+  keep.pty = pty;
+  keep.cap_bytes = cap_bytes;
+  keep.connection = parts.process.fd();
+  keep.output = output.get();
+  keep.error_output = parts.err ? parts.err.get() : -1;
+  keep.input = !pty && parts.in ? parts.in.get() : -1;
+  keep.stdout_file = out_file->get();
+  keep.stderr_file = err_file->get();
+  keep.exit_file = exit_file->get();
+  auto doorbell = sandbox.keep_process(keep);
+  if (!doorbell) return abandon(doorbell.error());
+  process->connection_.emplace(std::move(parts.process));
+  process->pty_master_ = std::move(parts.pty_master);
+  process->stdin_ = std::move(parts.in);
+  process->stdin_is_pipe_ = !pty;
   process->on_exit_ = std::move(on_exit);
-  if (process->has_pty()) process->pty_size_ = start.pty;
   if (start.stdin_data && !start.stdin_data->empty()) {
     auto written = process->write_stdin(*start.stdin_data, false);
     if (!written) return std::unexpected(written.error());
   }
-  // Output files are created before the pump starts, so a reader never sees them missing.
-  for (OutputStream stream : {OutputStream::kStdout, OutputStream::kStderr}) {
-    int fd = ::open(process->output_path(stream).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0600);
-    if (fd < 0) return sys_error("open", process->output_path(stream));
-    ::close(fd);
-  }
-  std::thread([process] { process->pump(); }).detach();
+  std::thread([process, bell = std::move(*doorbell)]() mutable {
+    process->follow(std::move(bell));
+  }).detach();
   return process;
 }
 
-std::string BackgroundProcess::output_path(OutputStream stream) const {
-  return dir_ + "/proc-" + std::to_string(pid_) +
-         (stream == OutputStream::kStdout ? ".stdout" : ".stderr");
+std::vector<std::shared_ptr<BackgroundProcess>> BackgroundProcess::adopt(
+    const LiveSandbox& sandbox, const std::string& dir, const ExitHook& on_exit,
+    std::vector<std::string>& warnings) {
+  // The supervisor's list first, the exit files after: a process missing from the list has its
+  // exit file complete (the keeper writes it before it drops the process).
+  std::map<pid_t, KeptHandles> kept;
+  if (auto listed = sandbox.kept_processes(); !listed) {
+    warnings.push_back("background processes not re-attached: " + listed.error().message());
+  } else {
+    for (KeptHandles& handles : *listed) kept.emplace(handles.pid, std::move(handles));
+  }
+  std::vector<std::shared_ptr<BackgroundProcess>> adopted;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ignored)) {
+    const std::string name = entry.path().filename();
+    if (!name.starts_with("proc-") || !name.ends_with(".json")) continue;
+    auto record = read_record(entry.path());
+    if (!record) {
+      warnings.push_back(name + ": not a process record");
+      continue;
+    }
+    std::shared_ptr<BackgroundProcess> process(new BackgroundProcess(sandbox, *record, dir));
+    process->on_exit_ = on_exit;
+    process->out_size_ = process->file_size(OutputStream::kStdout);
+    process->err_size_ = process->file_size(OutputStream::kStderr);
+    auto exit = parse_kept_exit(read_small_file(process->path(".exit")));
+    auto handles = kept.find(record->pid);
+    if (exit || handles == kept.end()) {
+      if (!exit) {
+        warnings.push_back(
+            "process " + std::to_string(record->pid) +
+            ": neither kept by the supervisor nor an exit recorded; reported killed");
+        exit = killed_exit();
+        if (auto file = create_file(process->path(".exit"), 0)) {
+          const std::string text = format_kept_exit(*exit);
+          (void)!::write(file->get(), text.data(), text.size());
+        }
+      }
+      process->running_ = false;
+      process->exit_ = std::move(exit);
+      adopted.push_back(std::move(process));
+      continue;
+    }
+    KeptHandles& live = handles->second;
+    process->connection_.emplace(std::move(live.connection), record->pid);
+    if (live.pty) {
+      if (live.input) {
+        process->pty_master_.reset(fcntl(live.input.get(), F_DUPFD_CLOEXEC, 0));
+        winsize size{};
+        if (ioctl(live.input.get(), TIOCGWINSZ, &size) == 0 && size.ws_col != 0)
+          process->record_.pty = PtySize{size.ws_col, size.ws_row};
+      }
+    } else {
+      process->stdin_is_pipe_ = true;
+    }
+    process->stdin_ = std::move(live.input);
+    std::thread([process, bell = std::move(live.doorbell)]() mutable {
+      process->follow(std::move(bell));
+    }).detach();
+    adopted.push_back(std::move(process));
+  }
+  return adopted;
 }
 
-void BackgroundProcess::pump() {
-  UniqueFd out(::open(output_path(OutputStream::kStdout).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
-  UniqueFd err(::open(output_path(OutputStream::kStderr).c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
-  auto sink = [&](OutputStream stream, std::string_view data) {
-    std::string_view kept;
+uint64_t BackgroundProcess::file_size(OutputStream stream) const {
+  struct stat st {};
+  if (::stat(path(stream == OutputStream::kStdout ? ".stdout" : ".stderr").c_str(), &st) != 0)
+    return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void BackgroundProcess::follow(UniqueFd doorbell) {
+  for (bool open = true; open;) {
+    pollfd ring{doorbell.get(), POLLIN, 0};
+    if (::poll(&ring, 1, -1) < 0 && errno != EINTR) break;
+    char drained[256];
+    ssize_t n;
+    while ((n = ::read(doorbell.get(), drained, sizeof drained)) > 0) {
+    }
+    open = n < 0 && (errno == EAGAIN || errno == EINTR);
+    const uint64_t out = file_size(OutputStream::kStdout);
+    const uint64_t err = file_size(OutputStream::kStderr);
     {
       std::lock_guard lock(mutex_);
-      kept = (stream == OutputStream::kStdout ? out_cap_ : err_cap_).admit(data);
+      out_size_ = out;
+      err_size_ = err;
     }
-    int fd = stream == OutputStream::kStdout ? out.get() : err.get();
-    while (!kept.empty() && fd >= 0) {
-      ssize_t n = ::write(fd, kept.data(), kept.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      kept.remove_prefix(static_cast<size_t>(n));
-    }
-    changed_.notify_all();  // followers (wait_output)
-    return true;
-  };
-  ExecOutcome outcome = session_.run(std::nullopt, sink);
+    changed_.notify_all();
+  }
+  // Closed: the exit file is complete, or the supervisor died (the whole sandbox with it).
+  auto exit = parse_kept_exit(read_small_file(path(".exit")));
+  {
+    std::lock_guard lock(stdin_mutex_);
+    stdin_.reset();
+  }
   {
     std::lock_guard lock(mutex_);
-    outcome_ = outcome;
+    exit_ = exit ? std::move(*exit) : killed_exit();
     running_ = false;
-    pumped_ = true;
+    pty_master_.reset();
   }
   changed_.notify_all();
   if (on_exit_) on_exit_(status());
@@ -316,19 +485,18 @@ ProcessStatus BackgroundProcess::status() const {
   std::lock_guard lock(mutex_);
   ProcessStatus status;
   status.pid = pid_;
-  status.argv = argv_;
-  status.started_at = iso8601(started_at_);
+  status.argv = record_.argv;
+  status.started_at = iso8601(record_.started_at);
   status.running = running_;
-  status.pty = pty_size_;
-  if (!running_) {
-    status.exit_code = outcome_.exit_code;
-    status.term_signal = outcome_.term_signal;
-    status.start_error = outcome_.start_error;
-    status.duration_ms = outcome_.duration.count() / 1000;
+  status.pty = record_.pty;
+  const int64_t started = unix_ms(record_.started_at);
+  if (!running_ && exit_) {
+    status.exit_code = exit_->exit_code;
+    status.term_signal = exit_->term_signal;
+    if (!exit_->start_error.empty()) status.start_error = exit_->start_error;
+    status.duration_ms = std::max<int64_t>(0, exit_->ended_unix_ms - started);
   } else {
-    status.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now() - started_at_)
-                             .count();
+    status.duration_ms = unix_ms(std::chrono::system_clock::now()) - started;
   }
   return status;
 }
@@ -345,47 +513,65 @@ void BackgroundProcess::wait(std::chrono::milliseconds timeout) const {
 
 bool BackgroundProcess::wait_pumped(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] { return pumped_; });
+  return changed_.wait_for(lock, timeout, [&] { return !running_; });
 }
 
 Result<OutputChunk> BackgroundProcess::read_output(OutputStream stream, uint64_t offset,
                                                    uint64_t limit) const {
-  OutputChunk chunk;
-  uint64_t size;
-  bool pumped;
+  bool complete;
+  std::optional<bool> truncated;
+  uint64_t cap;
   {
     std::lock_guard lock(mutex_);
-    const CappedBuffer& cap = stream == OutputStream::kStdout ? out_cap_ : err_cap_;
-    size = cap.kept;
-    chunk.truncated = cap.truncated;
-    pumped = pumped_;
+    complete = !running_;
+    cap = record_.cap;
+    if (exit_)
+      truncated =
+          stream == OutputStream::kStdout ? exit_->stdout_truncated : exit_->stderr_truncated;
   }
+  const std::string file = path(stream == OutputStream::kStdout ? ".stdout" : ".stderr");
+  UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return sys_error("open", file);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return sys_error("fstat", file);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  OutputChunk chunk;
   chunk.offset = offset;
+  // While it runs, a stream at its cap has lost (or will lose) what follows; the exit says.
+  chunk.truncated = truncated.value_or(size > 0 && size >= cap);
   if (offset < size) {
     uint64_t want = std::min(limit, size - offset);
-    UniqueFd fd(::open(output_path(stream).c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return sys_error("open", output_path(stream));
     chunk.data.resize(want);
     ssize_t n = ::pread(fd.get(), chunk.data.data(), want, static_cast<off_t>(offset));
-    if (n < 0) return sys_error("pread", output_path(stream));
+    if (n < 0) return sys_error("pread", file);
     chunk.data.resize(static_cast<size_t>(n));
   }
   chunk.next_offset = offset + chunk.data.size();
-  chunk.eof = pumped && chunk.next_offset >= size;
+  chunk.eof = complete && chunk.next_offset >= size;
   return chunk;
 }
 
 void BackgroundProcess::wait_output(OutputStream stream, uint64_t offset,
                                     std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
-  const CappedBuffer& cap = stream == OutputStream::kStdout ? out_cap_ : err_cap_;
-  changed_.wait_for(lock, timeout, [&] { return pumped_ || cap.kept > offset; });
+  const uint64_t& size = stream == OutputStream::kStdout ? out_size_ : err_size_;
+  changed_.wait_for(lock, timeout, [&] { return !running_ || size > offset; });
 }
 
 Result<void> BackgroundProcess::resize(PtySize size) {
-  HUTCH_TRY(session_.resize(size));
   std::lock_guard lock(mutex_);
-  pty_size_ = size;
+  if (!pty_master_) return plain_error("resize", "the process has no pty (or it has exited)");
+  winsize ws{};
+  ws.ws_col = size.cols;
+  ws.ws_row = size.rows;
+  if (ioctl(pty_master_.get(), TIOCSWINSZ, &ws) != 0)
+    return sys_error("ioctl", "TIOCSWINSZ " + std::to_string(size.cols) + "x" +
+                                  std::to_string(size.rows) + " on the pty of " +
+                                  std::to_string(pid_));
+  record_.pty = size;
+  // The record keeps the size for a restarted hutchd's status of an exited process (a running
+  // one's is read back from the pty): a failure to write it is not the resize's.
+  (void)write_record(dir_, record_);
   return {};
 }
 
@@ -410,12 +596,27 @@ Result<bool> BackgroundProcess::write_stdin(std::string_view data, bool eof) {
     stdin_.reset();  // EPIPE: the process closed its stdin or exited
     return false;
   }
-  if (eof) stdin_.reset();
+  if (eof) {
+    stdin_.reset();
+    // The supervisor holds the pipe open too (so that it survives a restart): its copy goes
+    // with ours, or the command never sees EOF.
+    if (stdin_is_pipe_) HUTCH_TRY(sandbox_->close_kept_stdin(pid_));
+  }
   return true;
 }
 
-Result<void> BackgroundProcess::signal(int sig) { return session_.signal(sig); }
+Result<void> BackgroundProcess::signal(int sig) {
+  std::lock_guard lock(mutex_);
+  if (!connection_)
+    return kind_error(ErrorKind::kConflict, "signal",
+                      "process " + std::to_string(pid_) + " had exited before hutchd restarted");
+  return connection_->signal(sig);
+}
 
-Result<void> BackgroundProcess::kill_tree() { return session_.kill_tree(); }
+Result<void> BackgroundProcess::kill_tree() {
+  std::lock_guard lock(mutex_);
+  if (!connection_) return {};  // exited before a restart: nothing left to kill
+  return connection_->kill_tree();
+}
 
 }  // namespace hutch::daemon

@@ -1,6 +1,7 @@
 // Running commands in a live sandbox for the exec routes: one pump loop (pipes, stdin, the
 // command's exit, the deadline) shared by buffered and streamed execs, and background processes
-// whose output a daemon thread pumps into capped files.
+// that the sandbox's supervisor keeps (runtime/process_keeper.h), so that they, their output and
+// their exit survive a hutchd restart.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +19,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/unique_fd.h"
 #include "runtime/live_sandbox.h"
+#include "runtime/supervisor_protocol.h"
 
 namespace hutch::daemon {
 
@@ -62,12 +64,19 @@ class ExecSession {
   // Safe while run() pumps on another thread.
   Result<void> signal(int sig);
   Result<void> kill_tree();
-  UniqueFd take_stdin() { return std::move(stdin_); }
   std::chrono::steady_clock::time_point started() const { return started_; }
-  // TIOCSWINSZ on the pty: the kernel sends SIGWINCH to its foreground process group. Errors:
-  // no pty (EINVAL-like plain error), the ioctl's.
-  Result<void> resize(PtySize size);
-  bool has_pty() const { return static_cast<bool>(pty_master_); }
+
+  // What a started session is made of, for a caller that hands it on instead of running it
+  // (BackgroundProcess). On a pty, `out` and `in` are copies of the master (or all three empty
+  // when the pty could not be made: the exit then says why).
+  struct Parts {
+    ExecProcess process;
+    UniqueFd out;
+    UniqueFd err;
+    UniqueFd in;
+    UniqueFd pty_master;
+  };
+  Parts release() &&;
 
  private:
   ExecSession(ExecProcess process, UniqueFd out, UniqueFd err, UniqueFd in, std::string stdin_data,
@@ -86,7 +95,7 @@ class ExecSession {
   UniqueFd stderr_;
   UniqueFd stdin_;
   std::string stdin_data_;
-  UniqueFd pty_master_;  // a copy kept for resize: stdout_ and stdin_ close at EOF and EPIPE
+  UniqueFd pty_master_;  // a copy for release(): stdout_ and stdin_ close at EOF and EPIPE
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
@@ -120,28 +129,43 @@ struct OutputChunk {
   bool truncated = false;
 };
 
-// A command started with "background": true. A detached pump thread writes its output to
-// <dir>/proc-<pid>.{stdout,stderr} (each capped, drained past the cap) and records its exit.
+// A command started with "background": true (a PTY is one too). Its sandbox's supervisor keeps it
+// (runtime/process_keeper.h): it pumps the output into <dir>/proc-<pid>.{stdout,stderr} (each
+// capped, drained past the cap) and writes its exit to <dir>/proc-<pid>.exit, whether a hutchd is
+// attached or not; <dir>/proc-<pid>.json is hutchd's record of it (argv, start, pty). This object
+// reads those files, holds the command's stdin (or its pty's master) and a copy of its exec
+// connection (signals), and a thread follows the doorbell. After a restart, adopt() rebuilds it.
 class BackgroundProcess {
  public:
-  // Called once, on the pump thread, when the process has exited and its output is complete.
+  // Called once, on the doorbell thread, when the process has exited and its output is complete
+  // (not for a process that had ended before adopt()).
   using ExitHook = std::function<void(const ProcessStatus&)>;
+  // Errors: the runtime's; kUnsupported for a sandbox whose supervisor predates the keeper.
   static Result<std::shared_ptr<BackgroundProcess>> start(const LiveSandbox& sandbox,
                                                           const ExecStart& start,
                                                           const std::string& dir,
                                                           uint64_t cap_bytes, ExitHook on_exit);
+  // The processes recorded in `dir`: the running ones re-attached through the supervisor, the
+  // ones that ended while no hutchd was there with their real exit. A process the supervisor no
+  // longer knows and that has no exit (its supervisor predates the keeper) is reported killed.
+  // `warnings` gets what could not be re-attached, for the caller to log.
+  static std::vector<std::shared_ptr<BackgroundProcess>> adopt(const LiveSandbox& sandbox,
+                                                               const std::string& dir,
+                                                               const ExitHook& on_exit,
+                                                               std::vector<std::string>& warnings);
   ProcessStatus status() const;
   bool running() const;
   // Waits until the process exits or `timeout` passes.
   void wait(std::chrono::milliseconds timeout) const;
-  // Waits until the pump thread is done (the output files are complete).
+  // Waits until the output files are complete (the exit is recorded after the last output).
   bool wait_pumped(std::chrono::milliseconds timeout) const;
   Result<OutputChunk> read_output(OutputStream stream, uint64_t offset, uint64_t limit) const;
   // Waits until `stream` has more than `offset` bytes, the output is complete, or `timeout`
   // passes: a follower's wait.
   void wait_output(OutputStream stream, uint64_t offset, std::chrono::milliseconds timeout) const;
+  // TIOCSWINSZ on the pty: the kernel sends SIGWINCH to its foreground process group. Errors:
+  // no pty, the ioctl's.
   Result<void> resize(PtySize size);
-  bool has_pty() const { return session_.has_pty(); }
   // Writes to the process's stdin (bounded wait); eof closes it. false: stdin is closed.
   Result<bool> write_stdin(std::string_view data, bool eof);
   Result<void> signal(int sig);
@@ -149,28 +173,38 @@ class BackgroundProcess {
   pid_t pid() const { return pid_; }
 
  private:
-  BackgroundProcess(ExecSession session, std::vector<std::string> argv, std::string dir,
-                    uint64_t cap);
-  void pump();
-  std::string output_path(OutputStream stream) const;
+  struct Record {
+    pid_t pid = 0;
+    std::vector<std::string> argv;
+    std::chrono::system_clock::time_point started_at;
+    uint64_t cap = 0;
+    std::optional<PtySize> pty;
+  };
+  BackgroundProcess(const LiveSandbox& sandbox, Record record, std::string dir);
+  static std::optional<Record> read_record(const std::string& path);
+  static Result<void> write_record(const std::string& dir, const Record& record);
+  std::string path(std::string_view suffix) const;
+  // The doorbell's thread: sizes on each ring, the exit once it closes (then the exit hook).
+  void follow(UniqueFd doorbell);
+  uint64_t file_size(OutputStream stream) const;
 
-  ExecSession session_;
-  pid_t pid_;
-  std::vector<std::string> argv_;
-  std::string dir_;
-  std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
+  const LiveSandbox* sandbox_;  // for the supervisor's copy of stdin; only while running
+  const pid_t pid_;
+  const std::string dir_;
   ExitHook on_exit_;
 
   mutable std::mutex mutex_;  // guards everything below
   mutable std::condition_variable changed_;
-  std::mutex stdin_mutex_;
-  UniqueFd stdin_;
-  CappedBuffer out_cap_;
-  CappedBuffer err_cap_;
+  Record record_;
+  std::optional<ExecProcess> connection_;  // signals and kill_tree; never read (the keeper does)
+  UniqueFd pty_master_;                    // resize
+  uint64_t out_size_ = 0;
+  uint64_t err_size_ = 0;
   bool running_ = true;
-  bool pumped_ = false;
-  ExecOutcome outcome_;
-  std::optional<PtySize> pty_size_;
+  std::optional<KeptExit> exit_;
+  std::mutex stdin_mutex_;
+  UniqueFd stdin_;  // the stdin pipe's write end, or a copy of the pty's master
+  bool stdin_is_pipe_ = false;
 };
 
 }  // namespace hutch::daemon

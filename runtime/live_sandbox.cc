@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -376,6 +377,87 @@ Result<void> LiveSandbox::destroy() const {
   }
   if (!r && process_running(supervisor_pidfd_.get())) return std::unexpected(r.error());
   return {};
+}
+
+Result<void> LiveSandbox::keeper_request(
+    const KeeperRequest& request, const std::vector<int>& fds,
+    const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) const {
+  UniqueFd conn = HUTCH_TRY(connect_unix(ref_.supervisor_socket));
+  if (int err = send_with_fds(conn.get(), &request, sizeof request, fds.data(),
+                              static_cast<int>(fds.size())))
+    return sys_error("send", "keeper request to " + ref_.supervisor_socket, err);
+  // A reply of an older supervisor is a SupervisorReply: room for the larger of the two, and one
+  // byte more so that a longer message arrives truncated to a size decode refuses.
+  std::vector<char> buffer(std::max(sizeof(KeeperReply), sizeof(SupervisorReply)) + 1);
+  for (;;) {
+    pollfd readable{conn.get(), POLLIN, 0};
+    int ready;
+    while ((ready = poll(&readable, 1, kSupervisorRequestTimeoutMs)) < 0 && errno == EINTR) {
+    }
+    if (ready == 0) return plain_error("keeper", "no answer from the supervisor in time");
+    int passed[kMaxPassedFds];
+    int fd_count = kMaxPassedFds;
+    long n = recv_with_fds(conn.get(), buffer.data(), buffer.size(), passed, &fd_count);
+    std::vector<UniqueFd> received;
+    for (int i = 0; i < fd_count; ++i) received.emplace_back(passed[i]);
+    if (n <= 0) return plain_error("keeper", "the supervisor closed the connection");
+    auto reply = HUTCH_TRY(decode_keeper_reply(buffer.data(), n));
+    if (reply.ok == 0) return plain_error("keeper", from_wire(reply.error).message());
+    if (!on_reply(reply, std::move(received))) return {};
+  }
+}
+
+Result<UniqueFd> LiveSandbox::keep_process(const KeepRequest& request) const {
+  KeeperRequest message;
+  message.kind = KeeperRequest::Kind::kKeep;
+  message.pid = request.pid;
+  message.pty = request.pty ? 1 : 0;
+  message.cap_bytes = request.cap_bytes;
+  std::vector<int> fds = {request.connection, request.output, request.stdout_file,
+                          request.stderr_file, request.exit_file};
+  if (request.error_output >= 0) {
+    message.has_stderr = 1;
+    fds.push_back(request.error_output);
+  }
+  if (request.input >= 0) {
+    message.has_stdin = 1;
+    fds.push_back(request.input);
+  }
+  UniqueFd doorbell;
+  HUTCH_TRY(keeper_request(message, fds, [&](const KeeperReply&, std::vector<UniqueFd> got) {
+    if (got.size() == 1) doorbell = std::move(got[0]);
+    return false;
+  }));
+  if (!doorbell) return plain_error("keeper", "the supervisor sent no doorbell");
+  return doorbell;
+}
+
+Result<std::vector<KeptHandles>> LiveSandbox::kept_processes() const {
+  KeeperRequest message;
+  message.kind = KeeperRequest::Kind::kList;
+  std::vector<KeptHandles> kept;
+  HUTCH_TRY(keeper_request(message, {}, [&](const KeeperReply& reply, std::vector<UniqueFd> got) {
+    if (reply.last != 0) return false;
+    const size_t expected = reply.has_stdin != 0 ? 3 : 2;
+    if (got.size() != expected) return true;  // fds lost (the fd limit): not re-attachable
+    KeptHandles handles;
+    handles.pid = reply.pid;
+    handles.pty = reply.pty != 0;
+    handles.connection = std::move(got[0]);
+    handles.doorbell = std::move(got[1]);
+    if (expected == 3) handles.input = std::move(got[2]);
+    kept.push_back(std::move(handles));
+    return true;
+  }));
+  return kept;
+}
+
+Result<void> LiveSandbox::close_kept_stdin(pid_t pid) const {
+  KeeperRequest message;
+  message.kind = KeeperRequest::Kind::kCloseStdin;
+  message.pid = pid;
+  return keeper_request(message, {},
+                        [](const KeeperReply&, std::vector<UniqueFd>) { return false; });
 }
 
 }  // namespace hutch

@@ -5,7 +5,9 @@
 //   owns its cgroups, and answers freeze/thaw/stats/snapshot/destroy on `supervisor_socket`
 //   (runtime/supervisor_protocol.h); when init ends, it tears down and exits. It does not depend on
 //   hutchd: a restarted hutchd reconnects to it (LiveSandbox::connect), and while no client is
-//   attached it enforces the sandbox's deadlines itself (LiveSandbox::set_deadlines).
+//   attached it enforces the sandbox's deadlines itself (LiveSandbox::set_deadlines). It also
+//   keeps the background processes handed to it (runtime/process_keeper.h, keep_process): their
+//   output and exit outlive hutchd too.
 // - init (pid 1 inside, fully confined) accepts exec requests on `exec_socket`, a listening socket
 //   on the host bound by the supervisor before clone3, and forks one shim per exec.
 // - the shim (a child subreaper inside) forks the command, reports its pid and its exit, and on
@@ -18,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +35,8 @@ namespace hutch {
 
 struct SupervisorRequest;
 struct SupervisorReply;
+struct KeeperRequest;
+struct KeeperReply;
 
 // Where a live sandbox can be reached; what hutchd persists to find it again after a restart.
 struct LiveSandboxRef {
@@ -114,6 +119,30 @@ class ExecProcess {
   std::optional<ExecExit> exit_;
 };
 
+// A background process for the supervisor to keep (runtime/process_keeper.h): its fds, borrowed
+// (the supervisor gets copies; the caller closes its own).
+struct KeepRequest {
+  pid_t pid = 0;
+  bool pty = false;
+  uint64_t cap_bytes = 0;  // of each stream
+  int connection = -1;     // ExecProcess::fd()
+  int output = -1;         // the stdout pipe's read end, or the pty's master
+  int error_output = -1;   // the stderr pipe's read end; -1 on a pty
+  int input = -1;          // the stdin pipe's write end; -1: none (a pty's input is its master)
+  int stdout_file = -1;    // O_WRONLY|O_APPEND
+  int stderr_file = -1;
+  int exit_file = -1;  // O_WRONLY, empty: the exit is written there (format_kept_exit)
+};
+
+// A kept process as the supervisor hands it back (after a hutchd restart).
+struct KeptHandles {
+  pid_t pid = 0;
+  bool pty = false;
+  UniqueFd connection;  // a copy of the exec connection: for ExecProcess's signal and kill_tree
+  UniqueFd doorbell;    // see runtime/process_keeper.h
+  UniqueFd input;       // the stdin pipe's write end or the pty's master; empty when closed
+};
+
 // The client side, in hutchd. Thread-safe: execs, file access and supervisor requests may run
 // concurrently from many threads.
 class LiveSandbox {
@@ -156,10 +185,24 @@ class LiveSandbox {
   // close, so it holds even if the caller dies right after.
   Result<void> set_deadlines(const SandboxDeadlines& deadlines) const;
 
+  // Hands a started background process to the supervisor, which pumps its output into the files
+  // and records its exit, whether or not a hutchd is attached. Returns the doorbell. An older
+  // supervisor is an Error of kind kUnsupported (decode_keeper_reply).
+  Result<UniqueFd> keep_process(const KeepRequest& request) const;
+  // The kept processes still running, each with fresh handles.
+  Result<std::vector<KeptHandles>> kept_processes() const;
+  // Closes the supervisor's copy of `pid`'s stdin pipe (with the caller's: the command sees EOF).
+  Result<void> close_kept_stdin(pid_t pid) const;
+
  private:
   LiveSandbox() = default;
   // One request on a new connection; `fd` goes with it (-1: none).
   Result<SupervisorReply> supervisor_request(const SupervisorRequest& request, int fd = -1) const;
+  // A keeper request on a new connection; each reply goes to `on_reply` with its fds, until it
+  // returns false (or an error reply).
+  Result<void> keeper_request(
+      const KeeperRequest& request, const std::vector<int>& fds,
+      const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) const;
   LiveSandboxRef ref_;
   UniqueFd attachment_;  // the connection of the kAttach request, kept open
   UniqueFd supervisor_pidfd_;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "runtime/fs/tree_copy.h"
 #include "runtime/launch.h"
 #include "runtime/process/sync.h"
+#include "runtime/process_keeper.h"
 #include "runtime/supervisor_protocol.h"
 
 namespace hutch {
@@ -152,38 +154,56 @@ void attach(const std::optional<SandboxCgroup>& cgroup, int conn) {
   send_reply(conn, reply, counter.get());
 }
 
-// One request from a new connection, with the directory fd a kSnapshot carries.
+// One request from a new connection: a SupervisorRequest (with the directory fd a kSnapshot
+// carries) or a KeeperRequest (told apart by size and magic), with the fds that came with it.
 struct Received {
   Result<SupervisorRequest> request;
-  UniqueFd fd;
+  std::optional<KeeperRequest> keeper;
+  std::vector<UniqueFd> fds;
 };
 
 Received receive(int conn) {
   // One byte more than a request: a longer message arrives truncated to a size decode refuses.
-  std::vector<char> buffer(sizeof(SupervisorRequest) + 1);
-  int fd = -1;
-  int fd_count = 1;
-  long n = recv_with_fds(conn, buffer.data(), buffer.size(), &fd, &fd_count);
-  return {decode_request(buffer.data(), n), UniqueFd(fd_count == 1 ? fd : -1)};
+  std::vector<char> buffer(std::max(sizeof(SupervisorRequest), sizeof(KeeperRequest)) + 1);
+  int fds[kMaxPassedFds];
+  int fd_count = kMaxPassedFds;
+  long n = recv_with_fds(conn, buffer.data(), buffer.size(), fds, &fd_count);
+  Received received{plain_error("supervisor request", "none"), std::nullopt, {}};
+  for (int i = 0; i < fd_count; ++i) received.fds.emplace_back(fds[i]);
+  uint32_t magic = 0;
+  if (n >= static_cast<long>(sizeof magic)) std::memcpy(&magic, buffer.data(), sizeof magic);
+  if (magic == KeeperRequest::kMagic) {
+    auto keeper = decode_keeper_request(buffer.data(), n);
+    if (keeper) {
+      received.keeper = *keeper;
+    } else {
+      received.request = std::unexpected(keeper.error());
+    }
+    return received;
+  }
+  received.request = decode_request(buffer.data(), n);
+  return received;
 }
 
 // The supervisor's side of SandboxDeadlines: counted only while no client is attached.
 class DeadlineWatch {
  public:
   void set(SandboxDeadlines deadlines) { deadlines_ = std::move(deadlines); }
+  // The idle TTL counts from now: the last client left, or the last kept process ended.
   void detached() { detached_at_ = std::chrono::steady_clock::now(); }
   const std::string& state_dir() const { return deadlines_.state_dir; }
 
-  // Whether a deadline is due (to ask only while no client is attached).
-  bool due() const {
+  // Whether a deadline is due (to ask only while no client is attached). `busy`: a kept
+  // background process runs, which holds the idle TTL off as hutchd's reaper does.
+  bool due(bool busy) const {
     return (deadlines_.end_at && std::chrono::system_clock::now() >= *deadlines_.end_at) ||
-           (deadlines_.idle_ttl &&
+           (!busy && deadlines_.idle_ttl &&
             std::chrono::steady_clock::now() - detached_at_ >= *deadlines_.idle_ttl);
   }
 
   // poll's timeout until the next deadline, -1 with none. At most a minute, so that a wall clock
   // set back or forward is noticed.
-  int timeout_ms() const {
+  int timeout_ms(bool busy) const {
     using std::chrono::milliseconds;
     std::optional<milliseconds> wait;
     auto sooner = [&](milliseconds left) { wait = wait ? std::min(*wait, left) : left; };
@@ -191,7 +211,7 @@ class DeadlineWatch {
       sooner(
           std::chrono::ceil<milliseconds>(*deadlines_.end_at - std::chrono::system_clock::now()));
     }
-    if (deadlines_.idle_ttl) {
+    if (deadlines_.idle_ttl && !busy) {
       sooner(std::chrono::ceil<milliseconds>(detached_at_ + *deadlines_.idle_ttl -
                                              std::chrono::steady_clock::now()));
     }
@@ -264,19 +284,27 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   // it is in charge of the deadlines.
   std::vector<UniqueFd> attachments;
   DeadlineWatch deadlines;
+  ProcessKeeper keeper;
+  bool was_busy = false;
   bool expired = false;
   constexpr size_t kFixedFds = 4;
   for (bool serving = true; serving;) {
-    expired = attachments.empty() && deadlines.due();
+    const bool busy = keeper.running();
+    if (was_busy && !busy) deadlines.detached();
+    was_busy = busy;
+    expired = attachments.empty() && deadlines.due(busy);
     if (expired) break;
     std::vector<pollfd> fds = {{launched->init->pidfd(), POLLIN, 0},
                                {stop_signals.get(), POLLIN, 0},
                                {requests->get(), POLLIN, 0},
                                {launched->sync.get(), POLLIN, 0}};
     for (const UniqueFd& attachment : attachments) fds.push_back({attachment.get(), POLLIN, 0});
-    if (poll(fds.data(), fds.size(), attachments.empty() ? deadlines.timeout_ms() : -1) < 0)
+    const size_t keeper_first = fds.size();
+    keeper.add_pollfds(fds);
+    if (poll(fds.data(), fds.size(), attachments.empty() ? deadlines.timeout_ms(busy) : -1) < 0)
       continue;
     if (fds[0].revents != 0 || fds[1].revents != 0) break;
+    keeper.service(fds, keeper_first);
     if (fds[3].revents != 0) {
       SyncMessage ignored{};
       if (recv_sync(launched->sync.get(), &ignored, nullptr, nullptr, true) == 0)
@@ -294,6 +322,15 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
       pollfd readable{conn.get(), POLLIN, 0};
       if (poll(&readable, 1, 1000) != 1) continue;
       Received received = receive(conn.get());
+      if (received.keeper) {
+        keeper.handle(conn.get(), *received.keeper, std::move(received.fds));
+        continue;
+      }
+      if (!received.request && received.request.error().step == "keeper request") {
+        const KeeperReply refused = keeper_error_reply(received.request.error());
+        (void)send_with_fds(conn.get(), &refused, sizeof refused, nullptr, 0);
+        continue;
+      }
       if (!received.request) {
         send_reply(conn.get(), error_reply(received.request.error()));
         continue;
@@ -308,10 +345,11 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
           attachments.push_back(std::move(conn));
           break;
         case Kind::kSnapshot:
-          send_reply(conn.get(), received.fd
-                                     ? snapshot(launched->cgroup, launched->upper.get(),
-                                                received.fd.get(), received.request->snapshot_name)
-                                     : error_reply(Error{"snapshot", "no destination directory"}));
+          send_reply(conn.get(),
+                     received.fds.size() == 1
+                         ? snapshot(launched->cgroup, launched->upper.get(), received.fds[0].get(),
+                                    received.request->snapshot_name)
+                         : error_reply(Error{"snapshot", "no destination directory"}));
           break;
         case Kind::kFreeze:
         case Kind::kThaw:
@@ -334,6 +372,8 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
   SupervisorReply reply;
   reply.ok = 1;
   if (auto r = launched->init->reap(&usage); !r) reply = error_reply(r.error());
+  // Every command died with init: the exits are recorded before the client hears "destroyed".
+  keeper.finish_all();
   if (launched->cgroup) {
     if (auto r = launched->cgroup->destroy(); !r) reply = error_reply(r.error());
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
 
@@ -104,6 +105,71 @@ Result<ServeReady> decode_ready(const void* data, long size) {
     return plain_error("supervisor ready message", "malformed message: no pid");
   }
   return ready;
+}
+
+Result<KeeperRequest> decode_keeper_request(const void* data, long size) {
+  auto request = HUTCH_TRY(decode_fixed<KeeperRequest>(data, size, "keeper request"));
+  if (!known_kind(request.kind)) {
+    return plain_error("keeper request", "malformed message: unknown kind " +
+                                             std::to_string(static_cast<uint32_t>(request.kind)));
+  }
+  if (request.kind != KeeperRequest::Kind::kList && request.pid <= 0)
+    return plain_error("keeper request", "malformed message: no pid");
+  return request;
+}
+
+Result<KeeperReply> decode_keeper_reply(const void* data, long size) {
+  if (size == static_cast<long>(sizeof(SupervisorReply))) {
+    uint32_t magic = 0;
+    std::memcpy(&magic, data, sizeof magic);
+    if (magic == SupervisorReply::kMagic) {
+      auto old = HUTCH_TRY(decode_reply(data, size));
+      return kind_error(ErrorKind::kUnsupported, "keeper",
+                        "this sandbox's supervisor was started by an older hutchd, which kept "
+                        "background processes itself (it answered: " +
+                            from_wire(old.error).message() +
+                            "); recreate the sandbox for background processes and PTYs");
+    }
+  }
+  auto reply = HUTCH_TRY(decode_fixed<KeeperReply>(data, size, "keeper reply"));
+  terminate(reply.error.step);
+  terminate(reply.error.detail);
+  return reply;
+}
+
+KeeperReply keeper_error_reply(const Error& error) {
+  KeeperReply reply;
+  reply.error = to_wire(error);
+  return reply;
+}
+
+std::string format_kept_exit(const KeptExit& exit) {
+  std::string error = exit.start_error;
+  std::replace(error.begin(), error.end(), '\n', ' ');
+  return std::to_string(exit.exit_code) + " " + std::to_string(exit.term_signal) + " " +
+         (exit.stdout_truncated ? "1" : "0") + " " + (exit.stderr_truncated ? "1" : "0") + " " +
+         std::to_string(exit.ended_unix_ms) + "\n" + error + "\n";
+}
+
+std::optional<KeptExit> parse_kept_exit(std::string_view text) {
+  const size_t end = text.find('\n');
+  if (end == std::string_view::npos) return std::nullopt;
+  KeptExit exit;
+  int out = 0, err = 0;
+  long long ended = 0;
+  char extra = 0;
+  const std::string line(text.substr(0, end));
+  if (std::sscanf(line.c_str(), "%d %d %d %d %lld %c", &exit.exit_code, &exit.term_signal, &out,
+                  &err, &ended, &extra) != 5)
+    return std::nullopt;
+  exit.stdout_truncated = out != 0;
+  exit.stderr_truncated = err != 0;
+  exit.ended_unix_ms = ended;
+  std::string_view rest = text.substr(end + 1);
+  if (const size_t error_end = rest.find('\n'); error_end != std::string_view::npos)
+    rest = rest.substr(0, error_end);
+  exit.start_error = std::string(rest);
+  return exit;
 }
 
 void put_stats(const CgroupStats& stats, SupervisorReply& reply) {

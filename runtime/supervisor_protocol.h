@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "runtime/base/error.h"
 #include "runtime/cgroup/stats.h"
@@ -80,6 +82,61 @@ struct SupervisorReply {
   uint64_t snapshot_frozen_us = 0;
 };
 
+// client -> supervisor: the background processes the supervisor keeps (runtime/process_keeper.h),
+// one request per connection. A message of its own, not a SupervisorRequest kind: a supervisor of
+// an older hutch (before the keeper) refuses it by its size with a SupervisorReply, which
+// decode_keeper_reply recognizes and names, so a new hutchd reports such a sandbox clearly.
+struct KeeperRequest {
+  static constexpr uint32_t kMagic = 0x6875706b;  // "hupk"
+  enum class Kind : uint32_t {
+    // Carries, in this order (SCM_RIGHTS): the exec connection (ExecEvents arrive on it), the
+    // output source (a pipe's read end, or the pty's master), the stdout, stderr and exit files
+    // (O_WRONLY|O_APPEND, made by the client in its state dir), then the stderr pipe's read end
+    // and the stdin pipe's write end when the flags say so. The reply carries the doorbell.
+    kKeep = 1,
+    // One KeeperReply per running kept process (each carrying a copy of its exec connection, its
+    // doorbell, and its stdin: the pipe's write end or the pty's master), then one with `last`.
+    kList,
+    kCloseStdin,  // the supervisor's copy of `pid`'s stdin pipe: the command sees EOF
+    kLast = kCloseStdin,
+  };
+  uint32_t magic = kMagic;
+  Kind kind = Kind::kKeep;
+  int32_t pid = 0;          // kKeep, kCloseStdin: in the sandbox's pid namespace
+  uint32_t pty = 0;         // kKeep: the output source is a pty's master (stdout only)
+  uint32_t has_stderr = 0;  // kKeep: a stderr pipe follows the files
+  uint32_t has_stdin = 0;   // kKeep: a stdin pipe's write end follows
+  uint64_t cap_bytes = 0;   // kKeep: bytes of each stream kept; the rest is read and dropped
+};
+
+// supervisor -> client, for a KeeperRequest.
+struct KeeperReply {
+  static constexpr uint32_t kMagic = 0x68757071;  // "hupq"
+  uint32_t magic = kMagic;
+  uint32_t ok = 0;
+  WireError error;  // !ok
+  int32_t pid = 0;  // kList: the process this message is about
+  uint32_t pty = 0;
+  uint32_t has_stdin = 0;  // kList: a stdin fd comes after the connection and the doorbell
+  uint32_t last = 0;       // kList: the end of the list (no process, no fd)
+};
+
+// The exit file of a kept process, one line the supervisor writes once (pwrite at 0) when the
+// command has exited and its output is drained: "<exit_code> <term_signal> <stdout_truncated>
+// <stderr_truncated> <ended_unix_ms>" then, on the next line, the start error (possibly empty).
+// Empty while the process runs.
+struct KeptExit {
+  int exit_code = 0;  // 128+N when killed by signal N
+  int term_signal = 0;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t ended_unix_ms = 0;
+  std::string start_error;
+};
+std::string format_kept_exit(const KeptExit& exit);
+// nullopt for an empty or malformed text (then the reader treats the process as killed).
+std::optional<KeptExit> parse_kept_exit(std::string_view text);
+
 // supervisor (or the zygote that forks it) -> whoever waits for the sandbox, on the ready pipe:
 // optionally kSupervisor first (the zygote's child, before it builds the sandbox, so that a
 // supervisor stuck in setup can be killed), then exactly one kServing or kFailed.
@@ -102,6 +159,11 @@ static_assert(sizeof(ServeReady) <= PIPE_BUF);
 Result<SupervisorRequest> decode_request(const void* data, long size);
 Result<SupervisorReply> decode_reply(const void* data, long size);
 Result<ServeReady> decode_ready(const void* data, long size);
+Result<KeeperRequest> decode_keeper_request(const void* data, long size);
+// A KeeperReply; a SupervisorReply in its place (an older supervisor refusing the request) is an
+// Error of kind kUnsupported saying the sandbox predates this hutchd's process keeping.
+Result<KeeperReply> decode_keeper_reply(const void* data, long size);
+KeeperReply keeper_error_reply(const Error& error);
 
 // Field conversions: what each side puts in a message and takes out of one.
 void put_stats(const CgroupStats& stats, SupervisorReply& reply);

@@ -43,7 +43,42 @@ std::optional<uint64_t> oom_kills(const Sandbox& sandbox) {
   return count ? *count : std::nullopt;
 }
 
+// The sandbox's bookkeeping at a background process's end.
+BackgroundProcess::ExitHook process_exit_hook(const std::shared_ptr<Sandbox>& sandbox) {
+  std::weak_ptr<Sandbox> weak = sandbox;
+  return [weak](const ProcessStatus& status) {
+    if (auto owner = weak.lock()) {
+      owner->touch();  // the idle TTL counts from the process's end
+      owner->log().add({{"event", "process_exited"},
+                        {"pid", status.pid},
+                        {"exit_code", status.exit_code},
+                        {"duration_ms", status.duration_ms}});
+    }
+  };
+}
+
 }  // namespace
+
+void adopt_background_processes(const std::shared_ptr<Sandbox>& sandbox) {
+  std::vector<std::string> warnings;
+  auto adopted = BackgroundProcess::adopt(sandbox->live(), sandbox->dir(),
+                                          process_exit_hook(sandbox), warnings);
+  for (const std::string& warning : warnings)
+    spdlog::warn("sandbox={} recovery: {}", sandbox->id(), warning);
+  size_t running = 0;
+  for (auto& process : adopted) {
+    const ProcessStatus status = process->status();
+    running += status.running ? 1 : 0;
+    sandbox->log().add({{"event", status.running ? "process_reattached" : "process_exited"},
+                        {"pid", status.pid},
+                        {"exit_code", status.running ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(status.exit_code)}});
+    sandbox->add_process(std::move(process));
+  }
+  if (!adopted.empty())
+    spdlog::info("sandbox={} recovery: {} background processes, {} running", sandbox->id(),
+                 adopted.size(), running);
+}
 
 void finish_exec(Sandbox& sandbox, const std::string& request_id, const ExecOptions& options,
                  const ExecOutcome& outcome, Metrics& metrics) {
@@ -105,19 +140,13 @@ ServiceResult<std::shared_ptr<BackgroundProcess>> start_background_exec(
     const std::string& request_id, uint64_t output_cap, std::optional<PtySize> pty) {
   if (auto runnable = begin_exec(*sandbox, options, request_id); !runnable)
     return std::unexpected(runnable.error());
-  std::weak_ptr<Sandbox> weak = sandbox;
   ExecStart start = exec_start(options, *sandbox);
   start.pty = pty;
-  auto process = BackgroundProcess::start(
-      sandbox->live(), start, sandbox->dir(), output_cap, [weak](const ProcessStatus& status) {
-        if (auto owner = weak.lock()) {
-          owner->touch();  // the idle TTL counts from the process's end
-          owner->log().add({{"event", "process_exited"},
-                            {"pid", status.pid},
-                            {"exit_code", status.exit_code},
-                            {"duration_ms", status.duration_ms}});
-        }
-      });
+  auto process = BackgroundProcess::start(sandbox->live(), start, sandbox->dir(), output_cap,
+                                          process_exit_hook(sandbox));
+  if (!process && process.error().kind == ErrorKind::kUnsupported)
+    return service::service_error(ErrorKind::kConflict, "supervisor_outdated",
+                                  process.error().message());
   if (!process) return std::unexpected(service::from_runtime(process.error()));
   sandbox->add_process(*process);
   sandbox->log().add({{"event", "process_started"},

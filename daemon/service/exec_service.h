@@ -49,10 +49,16 @@ void finish_exec(Sandbox& sandbox, const std::string& request_id, const ExecOpti
                  const ExecOutcome& outcome, Metrics& metrics);
 // A background process, registered with the sandbox (its exit is logged and counts as activity).
 // `output_cap`: bytes of each stream kept on disk. `pty`: on a pseudo-terminal of that size
-// (ExecStart::pty), its output as stdout.
+// (ExecStart::pty), its output as stdout. Errors: supervisor_outdated (409) for a sandbox started
+// by an older hutchd, whose supervisor keeps no processes.
 service::ServiceResult<std::shared_ptr<BackgroundProcess>> start_background_exec(
     const std::shared_ptr<Sandbox>& sandbox, const ExecOptions& options,
     const std::string& request_id, uint64_t output_cap, std::optional<PtySize> pty = std::nullopt);
+
+// After a hutchd restart: the background processes (and PTYs) recorded in the sandbox's dir,
+// re-attached through its supervisor or with the exit they had meanwhile
+// (BackgroundProcess::adopt).
+void adopt_background_processes(const std::shared_ptr<Sandbox>& sandbox);
 
 // The sandbox's background process `pid` (as the route's text). Errors: process_not_found.
 service::ServiceResult<std::shared_ptr<BackgroundProcess>> find_process(const Sandbox& sandbox,

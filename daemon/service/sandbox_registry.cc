@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "daemon/service/exec_service.h"
 #include "daemon/service/host_mounts.h"
 #include "daemon/service/sandbox_record.h"
+#include "daemon/service/session_service.h"
 #include "net/tls/trust_bundle.h"
 #include "runtime/process/pidfd.h"
 
@@ -130,6 +132,9 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
   } else if (auto left = fs->remove_leftovers(); !left) {
     spdlog::warn("sandbox={} recovery: {}", id, left.error().message);
   }
+  // Its background processes and PTYs (kept by its supervisor) and its shell sessions.
+  adopt_background_processes(sandbox);
+  restore_sessions(*sandbox);
   sandbox->log().add({{"event", "adopted"}, {"state", state_name(sandbox->state())}});
   spdlog::info("sandbox={} recovery: adopted ({}, init pid {})", id, state_name(sandbox->state()),
                sandbox->live().ref().init_pid);

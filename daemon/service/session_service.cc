@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
 
 #include "daemon/sandbox_spec.h"
+#include "daemon/service/sandbox_record.h"
 #include "runtime/defaults.h"
 
 namespace hutch::daemon {
@@ -79,6 +81,30 @@ std::vector<std::string> base_environment_names(const Sandbox& sandbox) {
 
 std::string state_path(const ShellSession& session) {
   return std::string(kStateDir) + "/" + session.name();
+}
+
+constexpr const char* kSessionsRecord = "sessions.json";
+
+nlohmann::json session_to_json(const ShellSession& session) {
+  const SessionState state = session.state();
+  return {{"name", session.name()},
+          {"state_file", state_path(session)},
+          {"cwd", state.cwd},
+          {"env", state.env},
+          {"unset", state.unset}};
+}
+
+// Rewrites the sandbox's sessions record; a failure is logged: the sessions still work, only a
+// restart would lose the change.
+void persist_sessions(Sandbox& sandbox) {
+  SessionTable& table = sandbox.sessions();
+  std::lock_guard lock(table.record_mutex());
+  nlohmann::json sessions = nlohmann::json::array();
+  for (const auto& session : table.all()) sessions.push_back(session_to_json(*session));
+  const nlohmann::json record = {{"sessions", sessions}, {"generated", table.generated()}};
+  if (auto written = write_atomically(sandbox.dir(), kSessionsRecord, record.dump() + "\n");
+      !written)
+    spdlog::warn("sandbox={} sessions record: {}", sandbox.id(), written.error().message());
 }
 
 // Releases the session when the command (buffered, or the route's stream) is done with it.
@@ -160,8 +186,10 @@ void capture_state(Sandbox& sandbox, ShellSession& session) {
                    text.error().message);
     return;
   }
-  if (auto state = parse_session_state(*text, base_environment_names(sandbox)))
+  if (auto state = parse_session_state(*text, base_environment_names(sandbox))) {
     session.set_state(std::move(*state));
+    persist_sessions(sandbox);
+  }
 }
 
 }  // namespace
@@ -192,6 +220,31 @@ std::optional<SessionState> parse_session_state(std::string_view text,
   return state;
 }
 
+void restore_sessions(Sandbox& sandbox) {
+  const std::string path = sandbox.dir() + "/" + kSessionsRecord;
+  std::ifstream in(path);
+  if (!in) return;
+  const nlohmann::json record = nlohmann::json::parse(in, nullptr, false);
+  try {
+    for (const auto& entry : record.at("sessions")) {
+      const std::string name = entry.at("name").get<std::string>();
+      if (!valid_session_name(name)) continue;
+      SessionState state;
+      state.cwd = entry.at("cwd").get<std::string>();
+      state.env = entry.at("env").get<std::map<std::string, std::string>>();
+      state.unset = entry.at("unset").get<std::vector<std::string>>();
+      sandbox.sessions().add(std::make_shared<ShellSession>(name, std::move(state)),
+                             kMaxSessionsPerSandbox);
+    }
+    sandbox.sessions().set_generated(record.at("generated").get<uint64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    spdlog::warn("sandbox={} recovery: {} unreadable: {}", sandbox.id(), path, e.what());
+    return;
+  }
+  const size_t restored = sandbox.sessions().names().size();
+  if (restored != 0) spdlog::info("sandbox={} recovery: {} shell sessions", sandbox.id(), restored);
+}
+
 ServiceResult<std::string> create_session(Sandbox& sandbox, const SessionRequest& request) {
   if (request.name && !valid_session_name(*request.name))
     return service::service_error(
@@ -211,6 +264,7 @@ ServiceResult<std::string> create_session(Sandbox& sandbox, const SessionRequest
     auto added =
         sandbox.sessions().add(std::make_shared<ShellSession>(name, state), kMaxSessionsPerSandbox);
     if (added == SessionTable::AddOutcome::kAdded) {
+      persist_sessions(sandbox);
       sandbox.log().add({{"event", "session_created"}, {"session", name}});
       return name;
     }
@@ -233,6 +287,7 @@ ServiceResult<void> delete_session(Sandbox& sandbox, const std::string& name) {
   if (!sandbox.sessions().remove(name))
     return service::service_error(ErrorKind::kNotFound, "session_not_found",
                                   "no session " + name + " in sandbox " + sandbox.id());
+  persist_sessions(sandbox);
   sandbox.log().add({{"event", "session_deleted"}, {"session", name}});
   return {};
 }

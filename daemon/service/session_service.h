@@ -6,6 +6,12 @@
 // (confined to the sandbox's root, bounded size) and parses it as hostile input: it only ever
 // becomes the next command's cwd and environment, which the sandbox controls anyway.
 //
+// The sessions survive a hutchd restart: each one's name, state file and state (cwd, environment)
+// are recorded in <sandbox dir>/sessions.json (hutchd's state dir, out of the sandbox's reach) at
+// each change, and the next hutchd restores them when it adopts the sandbox. A command that was
+// running in a session when hutchd died ends with it: its exec connection closes, so the shim
+// kills its tree; the session keeps the state it had before that command.
+//
 // One command at a time per session: a second one while the first runs is refused with 409
 // session_busy (a waiting request would hold a server thread). A command that times out is killed
 // with its whole tree and leaves the state as it was; the session survives.
@@ -51,6 +57,10 @@ service::ServiceResult<StreamedExec> start_session_exec(const std::shared_ptr<Sa
                                                         const std::string& name,
                                                         const ExecOptions& options,
                                                         const std::string& request_id);
+
+// After a hutchd restart: the sessions recorded in the sandbox's dir (a missing record: none;
+// an unreadable one is logged and skipped).
+void restore_sessions(Sandbox& sandbox);
 
 // The state an EXIT trap wrote ("<pwd>\n\0" then `env -0`), over `previous`: nullopt when the
 // text is malformed (no NUL after the cwd, a relative cwd). Entries without "=" or with a key

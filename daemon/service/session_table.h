@@ -1,6 +1,7 @@
 // A sandbox's persistent shell sessions: the working directory and exported environment hutchd
-// keeps between a session's commands (daemon/service/session_service.h runs them). It lives in
-// the Sandbox, so a sandbox's sessions end with it.
+// keeps between a session's commands (daemon/service/session_service.h runs them, and records
+// them in the sandbox's dir so that a restarted hutchd has them). It lives in the Sandbox, so a
+// sandbox's sessions end with it.
 #pragma once
 
 #include <atomic>
@@ -76,9 +77,27 @@ class SessionTable {
     std::lock_guard lock(mutex_);
     return "s" + std::to_string(++generated_);
   }
+  // For the record: every session, and how many names were generated.
+  std::vector<std::shared_ptr<ShellSession>> all() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<ShellSession>> out;
+    for (const auto& [name, session] : sessions_) out.push_back(session);
+    return out;
+  }
+  uint64_t generated() const {
+    std::lock_guard lock(mutex_);
+    return generated_;
+  }
+  void set_generated(uint64_t generated) {
+    std::lock_guard lock(mutex_);
+    generated_ = generated;
+  }
+  // Serializes the writes of the record (one temp file name per sandbox).
+  std::mutex& record_mutex() { return record_mutex_; }
 
  private:
   mutable std::mutex mutex_;
+  std::mutex record_mutex_;
   std::map<std::string, std::shared_ptr<ShellSession>> sessions_;
   uint64_t generated_ = 0;
 };

@@ -276,6 +276,73 @@ TEST_F(ReadyPipe, HalfAMessageIsRefused) {
                                        std::to_string(sizeof serving));
 }
 
+TEST(KeeperProtocol, RequestRoundTripsAndIsRefusedWithoutAPid) {
+  KeeperRequest request;
+  request.kind = KeeperRequest::Kind::kKeep;
+  request.pid = 42;
+  request.pty = 1;
+  request.cap_bytes = 16 << 20;
+  std::vector<char> bytes = bytes_of(request);
+  auto decoded = decode_keeper_request(bytes.data(), static_cast<long>(bytes.size()));
+  ASSERT_TRUE(decoded) << decoded.error().message();
+  EXPECT_EQ(decoded->pid, 42);
+  EXPECT_EQ(decoded->cap_bytes, 16u << 20);
+  request.pid = 0;
+  bytes = bytes_of(request);
+  EXPECT_EQ(refusal(decode_keeper_request, bytes, static_cast<long>(bytes.size())),
+            "keeper request: malformed message: no pid");
+  KeeperRequest list;
+  list.kind = KeeperRequest::Kind::kList;
+  bytes = bytes_of(list);
+  EXPECT_TRUE(decode_keeper_request(bytes.data(), static_cast<long>(bytes.size())));
+}
+
+// A supervisor of an older hutchd (before the keeper) takes a keeper request for a
+// SupervisorRequest: its decoder refuses it by size, and it answers with a SupervisorReply. The
+// new client names that instead of calling it malformed.
+TEST(KeeperProtocol, AnOlderSupervisorsRefusalIsNamed) {
+  KeeperRequest request;
+  request.kind = KeeperRequest::Kind::kList;
+  const std::vector<char> sent = bytes_of(request);
+  auto old_decode = decode_request(sent.data(), static_cast<long>(sent.size()));
+  ASSERT_FALSE(old_decode);
+  const std::vector<char> answer = bytes_of(error_reply(old_decode.error()));
+  auto reply = decode_keeper_reply(answer.data(), static_cast<long>(answer.size()));
+  ASSERT_FALSE(reply);
+  EXPECT_EQ(reply.error().kind, ErrorKind::kUnsupported);
+  const std::string message = reply.error().message();
+  EXPECT_NE(message.find("started by an older hutchd"), std::string::npos) << message;
+  EXPECT_NE(message.find("malformed message: " + std::to_string(sizeof request) + " bytes"),
+            std::string::npos)
+      << message;
+  // A KeeperReply of the right size still decodes.
+  KeeperReply ok;
+  ok.ok = 1;
+  ok.last = 1;
+  const std::vector<char> good = bytes_of(ok);
+  EXPECT_TRUE(decode_keeper_reply(good.data(), static_cast<long>(good.size())));
+}
+
+TEST(KeeperProtocol, ExitFileRoundTrips) {
+  KeptExit exit;
+  exit.exit_code = 137;
+  exit.term_signal = 9;
+  exit.stdout_truncated = true;
+  exit.ended_unix_ms = 1'800'000'000'123;
+  exit.start_error = "execve: No such\nfile";
+  auto parsed = parse_kept_exit(format_kept_exit(exit));
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->exit_code, 137);
+  EXPECT_EQ(parsed->term_signal, 9);
+  EXPECT_TRUE(parsed->stdout_truncated);
+  EXPECT_FALSE(parsed->stderr_truncated);
+  EXPECT_EQ(parsed->ended_unix_ms, 1'800'000'000'123);
+  EXPECT_EQ(parsed->start_error, "execve: No such file");
+  EXPECT_FALSE(parse_kept_exit(""));
+  EXPECT_FALSE(parse_kept_exit("0 0 0"));
+  EXPECT_FALSE(parse_kept_exit("0 0 0 0 12 x\n"));
+}
+
 TEST_F(ReadyPipe, TheOldTextLineIsRefused) {
   const std::string line = "ok 43 42 123456789\n";
   std::vector<char> padded(sizeof(ServeReady), '\0');

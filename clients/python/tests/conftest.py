@@ -59,12 +59,12 @@ class Daemon:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *extra: str) -> None:
+    def start(self, *extra: str, destroy_on_exit: bool = True) -> None:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [str(self.binary), "--socket", self.socket, "--state-dir", str(self.state_dir),
-             "--log-level", "debug", "--destroy-on-exit", "--listen", f"127.0.0.1:{self.port}",
-             "--token-file", str(self.token_file), *extra],
+             "--log-level", "debug", *(["--destroy-on-exit"] if destroy_on_exit else []),
+             "--listen", f"127.0.0.1:{self.port}", "--token-file", str(self.token_file), *extra],
             stdout=subprocess.DEVNULL, stderr=log)
         log.close()
         deadline = time.monotonic() + 15
@@ -79,10 +79,10 @@ class Daemon:
                 time.sleep(0.02)
         raise RuntimeError(f"hutchd did not answer within 15 s:\n{self.log()}")
 
-    def stop(self) -> int:
+    def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process is None:
             return 0
-        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(sig)
         try:
             code = self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -101,15 +101,20 @@ class Daemon:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def daemon() -> Iterator[Daemon]:
+def build_dir() -> Path:
+    """The build with hutchd and its zygote (the suite stops when there is none)."""
     if os.geteuid() != 0:
         _unavailable("hutchd creates real sandboxes and needs root")
-    build_dir = Path(os.environ.get("HUTCH_BUILD_DIR") or REPO / "build")
+    build = Path(os.environ.get("HUTCH_BUILD_DIR") or REPO / "build")
     for binary in ("daemon/hutchd", "daemon/hutchd-zygote"):
-        if not os.access(build_dir / binary, os.X_OK):
-            _unavailable(f"{build_dir / binary} is not built (set HUTCH_BUILD_DIR)")
-    d = Daemon(build_dir)
+        if not os.access(build / binary, os.X_OK):
+            _unavailable(f"{build / binary} is not built (set HUTCH_BUILD_DIR)")
+    return build
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[Daemon]:
+    d = Daemon(build_dir())
     d.start()
     yield d
     code = d.stop()
