@@ -1,0 +1,56 @@
+// An HTTPS server speaking only HTTP/2 (ALPN h2) for the engine's tests: 443 of an address in a
+// network namespace the test made, a certificate from the test's CA, one thread per connection
+// (an nghttp2 server session over blocking OpenSSL). It records every request's fields and body
+// size, and answers by path:
+//   /v1/echo...      200 with the request's body
+//   /v1/trailers...  200 "ok" followed by trailers (x-checksum: 4f1c, grpc-status: 0)
+//   /v1/pair...      held until a second /v1/pair request is open on the same connection, then
+//                    200 "paired" to both (or "alone" after 3 s): proves two concurrent streams
+//   anything else    200 "ok"
+// It never echoes a header: what the sandbox reads must not hold the secret.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "net/address.h"
+#include "net/tls/openssl.h"
+#include "net/tls/sandbox_ca.h"
+#include "runtime/base/unique_fd.h"
+
+namespace hutch::testing {
+
+class H2Upstream {
+ public:
+  struct Request {
+    std::vector<std::pair<std::string, std::string>> fields;  // in the order received
+    size_t body_size = 0;
+    // The first value of a field, "" without one.
+    std::string field(std::string_view name) const;
+  };
+
+  H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca);
+  ~H2Upstream();
+  bool ok() const { return static_cast<bool>(listener_); }
+  int accepted() const { return accepted_; }
+  std::vector<Request> requests() const;
+
+ private:
+  void run();
+  void serve(UniqueFd connection);
+
+  net::tls::SslCtxPtr context_;
+  UniqueFd listener_;
+  std::thread thread_;
+  std::vector<std::thread> connections_;  // the accept thread's only
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  mutable std::mutex mutex_;
+  std::vector<Request> requests_;
+};
+
+}  // namespace hutch::testing
