@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -164,8 +165,10 @@ std::string H2Upstream::Request::field(std::string_view name) const {
   return "";
 }
 
-H2Upstream::H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca) {
-  auto context = net::tls::make_server_context(ca, {.alpn = {"h2"}});
+H2Upstream::H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca, Alpn alpn) {
+  auto context = net::tls::make_server_context(
+      ca, {.alpn = alpn == Alpn::kH2 ? std::vector<std::string>{"h2"}
+                                     : std::vector<std::string>{"h2", "http/1.1"}});
   if (!context) return;
   context_ = std::move(*context);
   std::thread([&] {
@@ -219,6 +222,14 @@ void H2Upstream::serve(UniqueFd fd) {
     ERR_clear_error();
     return;
   }
+  const unsigned char* protocol = nullptr;
+  unsigned protocol_size = 0;
+  SSL_get0_alpn_selected(ssl.get(), &protocol, &protocol_size);
+  if (std::string_view(reinterpret_cast<const char*>(protocol), protocol_size) != "h2") {
+    serve_http11(ssl.get());
+    ERR_clear_error();
+    return;
+  }
   Connection connection;
   connection.record = [this](const Request& request) {
     std::lock_guard lock(mutex_);
@@ -259,6 +270,49 @@ void H2Upstream::serve(UniqueFd fd) {
   }
   nghttp2_session_del(connection.session);
   ERR_clear_error();
+}
+
+void H2Upstream::serve_http11(SSL* ssl) {
+  std::string buffer;
+  char chunk[16 * 1024];
+  while (!stop_) {
+    size_t end;
+    while ((end = buffer.find("\r\n\r\n")) == std::string::npos) {
+      const int n = SSL_read(ssl, chunk, sizeof chunk);
+      if (n <= 0) return;
+      buffer.append(chunk, static_cast<size_t>(n));
+    }
+    Request request;
+    const std::string head = buffer.substr(0, end + 2);
+    buffer.erase(0, end + 4);
+    const size_t space = head.find(' ');
+    request.fields.emplace_back(":method", head.substr(0, space));
+    request.fields.emplace_back(":path",
+                                head.substr(space + 1, head.find(' ', space + 1) - space - 1));
+    for (size_t at = head.find("\r\n") + 2; at < head.size();) {
+      const size_t line_end = head.find("\r\n", at);
+      const std::string line = head.substr(at, line_end - at);
+      const size_t colon = line.find(':');
+      std::string name = line.substr(0, colon);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      request.fields.emplace_back(name, line.substr(line.find_first_not_of(' ', colon + 1)));
+      at = line_end + 2;
+    }
+    const size_t length = std::stoul("0" + request.field("content-length"));
+    while (buffer.size() < length) {
+      const int n = SSL_read(ssl, chunk, sizeof chunk);
+      if (n <= 0) return;
+      buffer.append(chunk, static_cast<size_t>(n));
+    }
+    buffer.erase(0, length);
+    request.body_size = length;
+    {
+      std::lock_guard lock(mutex_);
+      requests_.push_back(std::move(request));
+    }
+    static constexpr std::string_view kAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    if (SSL_write(ssl, kAnswer.data(), static_cast<int>(kAnswer.size())) <= 0) return;
+  }
 }
 
 }  // namespace hutch::testing

@@ -1,13 +1,14 @@
-// An HTTPS server speaking only HTTP/2 (ALPN h2) for the engine's tests: 443 of an address in a
-// network namespace the test made, a certificate from the test's CA, one thread per connection
-// (an nghttp2 server session over blocking OpenSSL). It records every request's fields and body
-// size, and answers by path:
+// An HTTPS server speaking HTTP/2 (ALPN h2, and HTTP/1.1 too if asked) for the engine's tests and
+// bench/network.cc: 443 of an address in a network namespace the caller made, a certificate from
+// the caller's CA, one thread per connection (an nghttp2 server session over blocking OpenSSL).
+// It records every request's fields and body size, and answers HTTP/2 requests by path:
 //   /v1/echo...      200 with the request's body
 //   /v1/trailers...  200 "ok" followed by trailers (x-checksum: 4f1c, grpc-status: 0)
 //   /v1/pair...      held until a second /v1/pair request is open on the same connection, then
 //                    200 "paired" to both (or "alone" after 3 s): proves two concurrent streams
 //   anything else    200 "ok"
-// It never echoes a header: what the sandbox reads must not hold the secret.
+// and every HTTP/1.1 request (kept alive, Content-Length bodies only) with 200 "ok". It never
+// echoes a header: what the sandbox reads must not hold the secret.
 #pragma once
 
 #include <atomic>
@@ -33,7 +34,9 @@ class H2Upstream {
     std::string field(std::string_view name) const;
   };
 
-  H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca);
+  enum class Alpn : uint8_t { kH2, kH2AndHttp11 };
+  H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca,
+             Alpn alpn = Alpn::kH2);
   ~H2Upstream();
   bool ok() const { return static_cast<bool>(listener_); }
   int accepted() const { return accepted_; }
@@ -42,6 +45,7 @@ class H2Upstream {
  private:
   void run();
   void serve(UniqueFd connection);
+  void serve_http11(SSL* ssl);
 
   net::tls::SslCtxPtr context_;
   UniqueFd listener_;
