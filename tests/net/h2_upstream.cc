@@ -36,6 +36,7 @@ struct Connection {
   nghttp2_session* session = nullptr;
   std::map<int32_t, std::unique_ptr<Stream>> streams;
   std::function<void(const H2Upstream::Request&)> record;
+  std::function<void(uint32_t)> record_reset;
 };
 
 ssize_t read_answer(nghttp2_session* session, int32_t id, uint8_t* buffer, size_t length,
@@ -105,6 +106,15 @@ void on_request_end(Connection& connection, int32_t id, Stream& stream) {
     stream.trailers = true;
     return respond(connection, id, stream, "ok");
   }
+  if (path.starts_with("/v1/reset")) {
+    nghttp2_submit_rst_stream(connection.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_ENHANCE_YOUR_CALM);
+    return;
+  }
+  if (path.starts_with("/v1/goaway")) {
+    respond(connection, id, stream, "ok");
+    nghttp2_submit_goaway(connection.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR, nullptr, 0);
+    return;
+  }
   if (path.starts_with("/v1/pair")) {
     stream.held = true;
     stream.since = Clock::now();
@@ -156,6 +166,12 @@ int on_close(nghttp2_session*, int32_t id, uint32_t, void* data) {
   return 0;
 }
 
+int on_reset(nghttp2_session*, const nghttp2_frame* frame, void* data) {
+  if (frame->hd.type == NGHTTP2_RST_STREAM)
+    static_cast<Connection*>(data)->record_reset(frame->rst_stream.error_code);
+  return on_frame(nullptr, frame, data);
+}
+
 }  // namespace
 
 std::string H2Upstream::Request::field(std::string_view name) const {
@@ -194,6 +210,11 @@ H2Upstream::~H2Upstream() {
 std::vector<H2Upstream::Request> H2Upstream::requests() const {
   std::lock_guard lock(mutex_);
   return requests_;
+}
+
+std::vector<uint32_t> H2Upstream::resets() const {
+  std::lock_guard lock(mutex_);
+  return resets_;
 }
 
 void H2Upstream::run() {
@@ -235,12 +256,16 @@ void H2Upstream::serve(UniqueFd fd) {
     std::lock_guard lock(mutex_);
     requests_.push_back(request);
   };
+  connection.record_reset = [this](uint32_t code) {
+    std::lock_guard lock(mutex_);
+    resets_.push_back(code);
+  };
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_session_callbacks_new(&callbacks);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, on_begin_headers);
   nghttp2_session_callbacks_set_on_header_callback(callbacks, on_header);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, on_data);
-  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_reset);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_close);
   nghttp2_session_server_new(&connection.session, callbacks, &connection);
   nghttp2_session_callbacks_del(callbacks);

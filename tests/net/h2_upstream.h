@@ -6,6 +6,8 @@
 //   /v1/trailers...  200 "ok" followed by trailers (x-checksum: 4f1c, grpc-status: 0)
 //   /v1/pair...      held until a second /v1/pair request is open on the same connection, then
 //                    200 "paired" to both (or "alone" after 3 s): proves two concurrent streams
+//   /v1/reset...     RST_STREAM ENHANCE_YOUR_CALM, no response
+//   /v1/goaway...    200 "ok", then GOAWAY naming this stream the last
 //   anything else    200 "ok"
 // and every HTTP/1.1 request (kept alive, Content-Length bodies only) with 200 "ok". It never
 // echoes a header: what the sandbox reads must not hold the secret.
@@ -41,6 +43,8 @@ class H2Upstream {
   bool ok() const { return static_cast<bool>(listener_); }
   int accepted() const { return accepted_; }
   std::vector<Request> requests() const;
+  // The error codes of the streams a peer reset (RST_STREAM received), in order.
+  std::vector<uint32_t> resets() const;
 
  private:
   void run();
@@ -55,6 +59,7 @@ class H2Upstream {
   std::atomic<int> accepted_{0};
   mutable std::mutex mutex_;
   std::vector<Request> requests_;
+  std::vector<uint32_t> resets_;
 };
 
 }  // namespace hutch::testing

@@ -27,6 +27,7 @@
 
 #include "net/egress_path.h"
 #include "net/engine/engine.h"
+#include "net/engine/h2_relay.h"
 #include "net/inject.h"
 #include "net/tls/sandbox_ca.h"
 #include "net/tls/server_context.h"
@@ -35,6 +36,7 @@
 #include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
+#include "tests/net/h2_client.h"
 #include "tests/net/h2_upstream.h"
 
 namespace hutch::net {
@@ -259,6 +261,16 @@ class InjectEngine : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), urls.begin(), urls.end());
     return testing::run_command(argv);
+  }
+
+  // `work` on a thread inside S: an H2Client made there connects through the engine.
+  void in_sandbox(const std::function<void()>& work) {
+    std::thread([&] {
+      if (setns(sandbox_ns_.get(), CLONE_NEWNET) == 0)
+        work();
+      else
+        ADD_FAILURE() << "setns into the sandbox namespace";
+    }).join();
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
@@ -525,6 +537,65 @@ TEST_F(InjectEngine, H2CapableClientToAnHttp11OnlyUpstreamSpeaksHttp11OnBothLegs
   EXPECT_NE(heads[0].find("\r\nAuthorization: Bearer " + std::string(kSecret) + "\r\n"),
             std::string::npos)
       << heads[0];
+}
+
+// What curl cannot send or show, with the scripted client (tests/net/h2_client.h).
+TEST_F(InjectEngine, H2RequestTrailersAreForwardedAndAPlaceholderInOneIsRefused) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t kept =
+        client.request("POST", "/v1/echo", {{"authorization", "Bearer " + placeholder_}},
+                       "uploaded", {{"x-request-trailer", "yes"}});
+    const int32_t leaked =
+        client.request("POST", "/v1/echo/leak", {}, "uploaded", {{"x-leak", placeholder_}});
+    ASSERT_TRUE(client.run_until(
+        [&] { return client.streams[kept].closed && client.streams[leaked].closed; }));
+    EXPECT_EQ(client.streams[kept].status, "200");
+    EXPECT_EQ(client.streams[kept].body, "uploaded");
+    EXPECT_EQ(client.streams[leaked].status, "403");
+    EXPECT_NE(client.streams[leaked].body.find("OPENAI_API_KEY"), std::string::npos)
+        << client.streams[leaked].body;
+    EXPECT_NE(client.streams[leaked].body.find("in a trailer"), std::string::npos);
+  });
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 1u) << "the stream with the placeholder never ended upstream";
+  EXPECT_EQ(requests[0].field("x-request-trailer"), "yes");
+  EXPECT_EQ(requests[0].field("authorization"), "Bearer " + std::string(kSecret));
+  ASSERT_TRUE(testing::wait_until([&] { return !h2_->resets().empty(); }, 5s, "the reset"));
+  EXPECT_EQ(h2_->resets(), std::vector<uint32_t>{0x8}) << "CANCEL upstream for the refused stream";
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+TEST_F(InjectEngine, H2StreamResetsCrossTheRelayBothWaysWithTheirCodes) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t refused = client.request("GET", "/v1/reset");
+    const int32_t held = client.request("GET", "/v1/pair/held");
+    // The upstream resets /v1/reset: the sandbox's stream is reset with the same code.
+    ASSERT_TRUE(client.run_until(
+        [&] { return client.streams[refused].closed && h2_->requests().size() == 2; }));
+    EXPECT_EQ(client.streams[refused].code, 0xbu) << "ENHANCE_YOUR_CALM";
+    EXPECT_EQ(client.max_concurrent_streams(), kMaxConcurrentStreams);
+    // The sandbox resets the held stream: the upstream's is reset too.
+    client.reset(held, 0x8);
+    EXPECT_TRUE(client.run_until([&] { return !h2_->resets().empty(); }));
+  });
+  EXPECT_EQ(h2_->resets(), std::vector<uint32_t>{0x8});
+}
+
+TEST_F(InjectEngine, H2UpstreamGoawayReachesTheSandboxAfterItsLastStream) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t last = client.request("GET", "/v1/goaway");
+    ASSERT_TRUE(client.run_until([&] { return client.streams[last].closed && client.goaway; }));
+    EXPECT_EQ(client.streams[last].status, "200");
+    EXPECT_EQ(client.streams[last].body, "ok");
+  });
+  auto log = log_where([](const ConnectionLog& l) { return l.name == "h2.test" && l.allowed; });
+  ASSERT_TRUE(log) << "the connection ended when the sandbox's session was done";
 }
 
 // Figures for docs/network.md, printed: the cost of termination and injection per request (100
