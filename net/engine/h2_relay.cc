@@ -322,8 +322,9 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
   void on_request(Stream& stream, bool ended) {
     stream.request.ended = ended;
     Fields fields = std::move(stream.fields);
-    std::string_view method, path;
-    std::vector<std::string_view> authorities;
+    // Copies: the fields are moved on below, and a short string's bytes do not move with it.
+    std::string method, path;
+    std::vector<std::string> authorities;
     for (const Field& field : fields) {
       if (field.name == ":method") method = field.value;
       if (field.name == ":path") path = field.value;
@@ -333,10 +334,10 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
       return refuse(stream, "CONNECT over HTTP/2 is not relayed to " + server_name_);
     }
     if (authorities.empty()) return refuse(stream, "an HTTP/2 request with no :authority or Host");
-    for (std::string_view authority : authorities) {
+    for (const std::string& authority : authorities) {
       if (!names_server(authority, server_name_, log_.port)) {
-        return refuse(stream, "HTTP/2 :authority " + std::string(authority) +
-                                  " is not the TLS server name " + server_name_);
+        return refuse(stream, "HTTP/2 :authority " + authority + " is not the TLS server name " +
+                                  server_name_);
       }
     }
     const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
@@ -374,8 +375,7 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
     if (auto secret = placeholder_in(*policy, out)) {
       wipe_out();
       return refuse(stream, "the placeholder of secret " + *secret + " sent to " + server_name_ +
-                                " " + std::string(method) +
-                                " where no inject rule puts that secret");
+                                " " + method + " where no inject rule puts that secret");
     }
     nghttp2_data_provider provider{};
     provider.source.ptr = &stream;
@@ -499,7 +499,14 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
     const size_t n = std::min(length, body.waiting());
     std::memcpy(buffer, body.bytes.data() + body.offset, n);
     body.offset += n;
-    if (body.waiting() == 0) body.drop();
+    if (body.waiting() == 0) {
+      body.drop();
+    } else if (body.offset >= kReadSize) {
+      // A body that never drains (the sender keeps its window full) must not keep what was
+      // handed over: at most one window is waiting, and that much is moved.
+      body.bytes.erase(0, body.offset);
+      body.offset = 0;
+    }
     if (n > 0 && source_id > 0) nghttp2_session_consume(source, source_id, n);
     if (body.waiting() == 0 && body.ended) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -710,7 +717,11 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
     // The request body the upstream will never take is acknowledged to the sandbox.
     nghttp2_session_consume(down_.session, stream->down, stream->request.waiting());
     stream->request.drop();
-    if (code == NGHTTP2_NO_ERROR || stream->down_closed || stream->refused) return;
+    // A clean close after the whole response: the sandbox still gets what is held for it.
+    if ((code == NGHTTP2_NO_ERROR && stream->response.ended) || stream->down_closed ||
+        stream->refused) {
+      return;
+    }
     nghttp2_session_consume(session, id, stream->response.waiting());
     stream->response.drop();
     nghttp2_submit_rst_stream(down_.session, NGHTTP2_FLAG_NONE, stream->down, code);

@@ -485,6 +485,8 @@ TEST_F(InjectEngine, H2PlaceholderInAnotherHeaderIsRefusedWith403NamingTheSecret
   EXPECT_TRUE(h2_->requests().empty()) << "nothing reached the upstream";
   auto log = log_where([](const ConnectionLog& l) { return l.rule == "inject" && !l.allowed; });
   ASSERT_TRUE(log);
+  EXPECT_NE(log->reason.find("sent to h2.test GET where no inject rule"), std::string::npos)
+      << log->reason;
   EXPECT_EQ(log->reason.find(placeholder_), std::string::npos);
   EXPECT_FALSE(any_log_holds_secret());
 }
