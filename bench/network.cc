@@ -13,6 +13,9 @@
 //   tcp connect    connect + one byte each way + close, on a port allowed by name;
 //   http request   connect + GET with a Host header (the engine reads the head) + the reply;
 //   bulk           --bulk-mib MiB read to EOF, as MiB/s;
+//   https h1/h2    connect + TLS handshake + one GET + the reply, HTTP/1.1 and HTTP/2, to a host an
+//                  inject rule names (so the engine terminates TLS on both legs and sets a header
+//                  from a secret), against the same requests from D straight to the upstream;
 // and the cost per sandbox of the namespace, the path and the listeners made ahead, and the
 // engine's resident memory per idle attached sandbox (--sandboxes of them).
 
@@ -38,10 +41,14 @@
 #include <vector>
 
 #include "bench/figures.h"
+#include "bench/https_client.h"
 #include "net/dns_message.h"
 #include "net/egress_path.h"
 #include "net/engine/engine.h"
+#include "net/inject.h"
+#include "net/tls/sandbox_ca.h"
 #include "runtime/ns/net.h"
+#include "tests/net/h2_upstream.h"
 
 namespace {
 
@@ -49,6 +56,7 @@ using hutch::UniqueFd;
 using hutch::bench::Clock;
 using hutch::bench::figures;
 using hutch::bench::Figures;
+using hutch::bench::HttpsClient;
 using hutch::bench::ms_since;
 using namespace hutch::net;
 
@@ -208,6 +216,20 @@ Policy bench_policy() {
   return policy;
 }
 
+// The terminated host's sandbox: tls.bench allowed, and an inject rule for it, so its TLS is
+// terminated and every request gets Authorization from the secret BENCH_KEY.
+Policy tls_policy() {
+  Policy policy;
+  policy.mode = Mode::kFiltered;
+  policy.allow.push_back(must(parse_rule("tls.bench"), "parse_rule"));
+  policy.inject.push_back(InjectRule{
+      .match_hosts = {must(parse_rule("tls.bench"), "parse_rule")},
+      .method = std::nullopt,
+      .path_prefix = "/v1/",
+      .headers = {{.name = "Authorization", .secret = "BENCH_KEY", .prefix = "Bearer "}}});
+  return policy;
+}
+
 // One A query for bench.test to 8.8.8.8:53 (the redirect takes it to the stub); the address.
 uint32_t dns_query(int udp, uint16_t id) {
   static const uint8_t kQuestion[] = {5,   'b', 'e', 'n', 'c', 'h', 4, 't',
@@ -274,11 +296,32 @@ int main(int argc, char** argv) {
   UniqueFd upstream_netns = open_netns(upstream_path);
   UniqueFd direct_netns = open_netns(direct_path);
   Upstream upstream(upstream_netns.get(), bulk_mib << 20);
+  // The HTTPS upstream (h2 and HTTP/1.1 on 443) with a certificate from a CA of the bench's, which
+  // the engine is told to trust as it would the host's roots.
+  std::shared_ptr<tls::SandboxCa> upstream_ca =
+      must(tls::SandboxCa::create({.label = "bench upstreams"}), "upstream CA");
+  std::shared_ptr<tls::SandboxCa> sandbox_ca =
+      must(tls::SandboxCa::create({.label = "bench sandbox"}), "sandbox CA");
+  hutch::testing::H2Upstream https_upstream(upstream_netns.get(), Address::v4(kUpstream),
+                                            *upstream_ca,
+                                            hutch::testing::H2Upstream::Alpn::kH2AndHttp11);
+  if (!https_upstream.ok()) die("bind 198.51.100.10:443 in the upstream namespace");
+  char ca_file[] = "/tmp/hutch-bench-upstream-ca.XXXXXX";
+  UniqueFd ca_fd(mkstemp(ca_file));
+  if (!ca_fd) die(std::string("mkstemp: ") + std::strerror(errno));
+  std::ofstream(ca_file) << upstream_ca->certificate_pem();
+  const PlaceholderKey key = must(new_placeholder_key(), "placeholder key");
 
   EngineOptions options;
   options.threads = 1;
   options.upstream_netns_fd = upstream_netns.get();
-  options.resolver = static_resolver({{"bench.test", {Address::v4(kUpstream)}}});
+  options.upstream_ca_file = ca_file;
+  options.secrets = [](std::string_view name) -> std::optional<std::string> {
+    if (name == "BENCH_KEY") return std::string("sk-bench-secret");
+    return std::nullopt;
+  };
+  options.resolver = static_resolver(
+      {{"bench.test", {Address::v4(kUpstream)}}, {"tls.bench", {Address::v4(kUpstream)}}});
   std::atomic<uint64_t> logged{0};
   Engine engine(std::move(options), [&](const ConnectionLog&) { ++logged; });
 
@@ -343,6 +386,34 @@ int main(int argc, char** argv) {
   const double through_rate = figures(bulk_through).p50, direct_rate = figures(bulk_direct).p50;
   std::printf("  %-14s engine %8.0f MiB/s | direct %8.0f MiB/s | %.0f %% of direct (median of 5)\n",
               "bulk", through_rate, direct_rate, 100 * through_rate / direct_rate);
+
+  // HTTPS through a terminated connection, HTTP/1.1 and HTTP/2 interleaved with the same from D.
+  FilteredNetns tls_sandbox = make_filtered_netns();
+  must(engine.attach("bench-tls", std::move(tls_sandbox.listeners), tls_policy(), {},
+                     SandboxInjection{sandbox_ca, key}),
+       "attach bench-tls");
+  HttpsClient client({upstream_ca->certificate_pem(), sandbox_ca->certificate_pem()});
+  const std::string placeholder = "Bearer " + placeholder_for(key, "BENCH_KEY");
+  using Protocol = HttpsClient::Protocol;
+  std::vector<double> h1_through, h1_direct, h2_through, h2_direct;
+  auto https = [&](Protocol protocol, std::vector<double>& samples) {
+    auto start = Clock::now();
+    client.get(kUpstream, "tls.bench", "/v1/x", "authorization", placeholder, protocol);
+    samples.push_back(ms_since(start));
+  };
+  const int https_runs = std::min(runs, 200);
+  for (int i = 0; i < https_runs; ++i) {
+    in_netns(tls_sandbox.netns.get(), [&] { https(Protocol::kHttp11, h1_through); });
+    in_netns(direct_netns.get(), [&] { https(Protocol::kHttp11, h1_direct); });
+    in_netns(tls_sandbox.netns.get(), [&] { https(Protocol::kH2, h2_through); });
+    in_netns(direct_netns.get(), [&] { https(Protocol::kH2, h2_direct); });
+  }
+  print_pair("https h1 term", h1_through, h1_direct);
+  print_pair("https h2 term", h2_through, h2_direct);
+  std::printf("  %-14s h2 - h1 through the engine p50 %+.3f ms (%d runs each)\n", "https h2-h1",
+              figures(h2_through).p50 - figures(h1_through).p50, https_runs);
+  engine.detach("bench-tls");
+  unlink(ca_file);
 
   std::vector<double> made_ahead;
   std::vector<FilteredNetns> idle;

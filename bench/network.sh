@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Filtered egress against a direct connection, in the same run: per-connection latency, HTTP
-# request latency, bulk throughput, DNS stub latency, the per-sandbox cost of the path made ahead
-# and the engine's memory per idle sandbox (bench/network.cc); then hutchd's create with
+# request latency, HTTPS requests on terminated (injected) connections over HTTP/1.1 and over h2,
+# bulk throughput, DNS stub latency, the per-sandbox cost of the path made ahead and the engine's
+# memory per idle sandbox (bench/network.cc); then hutchd's create with
 # "network":"filtered" against "loopback", alternated (bench/daemon.cc), with and without
 # namespaces made ahead.
 # Usage: bench/network.sh [--runs N] [--bulk-mib N] [--sandboxes N]   (as root)

@@ -205,8 +205,8 @@ HttpHead parse_http_head(std::span<const uint8_t> bytes) {
   return head;
 }
 
-std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,
-                                     std::string_view reason) {
+std::string build_forbidden_body(std::string_view host, uint16_t port, std::string_view rule,
+                                 std::string_view reason) {
   std::string body = "{\"error\":\"network_denied\",\"host\":";
   append_json_string(body, host);
   body += ",\"port\":" + std::to_string(port) + ",\"rule\":";
@@ -214,6 +214,12 @@ std::string build_forbidden_response(std::string_view host, uint16_t port, std::
   body += ",\"reason\":";
   append_json_string(body, reason);
   body += "}\n";
+  return body;
+}
+
+std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,
+                                     std::string_view reason) {
+  const std::string body = build_forbidden_body(host, port, rule, reason);
   return "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }

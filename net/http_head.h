@@ -41,8 +41,12 @@ HttpHead parse_http_head(std::span<const uint8_t> bytes);
 // (a hostile Host may hold invalid UTF-8, and a body must stay JSON).
 void append_json_string(std::string& out, std::string_view text);
 
-// "HTTP/1.1 403 Forbidden" with Connection: close and a JSON body
-// {"error":"network_denied","host":...,"port":...,"rule":...,"reason":...} (strings escaped).
+// The JSON body of a denial, {"error":"network_denied","host":...,"port":...,"rule":...,
+// "reason":...} (strings escaped): the HTTP/1.1 403 below carries it, and so does a refused
+// HTTP/2 stream's 403.
+std::string build_forbidden_body(std::string_view host, uint16_t port, std::string_view rule,
+                                 std::string_view reason);
+// "HTTP/1.1 403 Forbidden" with Connection: close and the body above.
 std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,
                                      std::string_view reason);
 

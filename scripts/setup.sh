@@ -12,6 +12,8 @@
 # computes the package's Depends with them (tests/install); clang-format: scripts/check-docs.sh.
 # nftables iproute2 curl dnsutils git python3-pip: the network tests' clients inside sandboxes
 # (tests/daemon/network_clients_test.cc installs with pip, git and apt through the engine).
+# libnghttp2-dev: HTTP/2 framing, HPACK and flow control of the engine's h2 relay on terminated
+# TLS connections (net/engine/h2_relay.h) and of the tests' h2 upstream.
 # Node.js >= 20 and npm (on this machine kind, not from Debian: Debian 12 has 18) build and test
 # the TypeScript client, whose packages come from the npm registry through
 # clients/js/package-lock.json.
@@ -30,7 +32,7 @@ packages=(
   clang-16 libclang-rt-16-dev
   systemd dpkg-dev file
   clang-format
-  libboost1.81-dev libnftables-dev libmnl-dev
+  libboost1.81-dev libnftables-dev libmnl-dev libnghttp2-dev
   nftables iproute2 curl dnsutils git python3-pip
   tmux  # a real terminal for the `hutch shell` test (tests/daemon/pty_test.cc)
 )

@@ -38,7 +38,7 @@ fi
 # What the suite and the demo run, besides hutch itself: every Essential package (sh, hostname,
 # coreutils, ... in sandboxes), Debian's python3 (tests and the demo's skill), busybox-static (the
 # probe's peers), mount tools, ctest, mkfs.erofs (layer images), the tools tests call on the
-# host side, libnftables/libmnl (the egress path's shared libraries: copy_with_libs brings
+# host side, libnftables/libmnl/libnghttp2 (the engine's shared libraries: copy_with_libs brings
 # every `ldd` library of the build tree's executables too, this keeps their packages whole), and
 # the clients the network tests run inside sandboxes and namespaces: curl, dig (dnsutils), nft
 # (nftables), git, pip, apt with dpkg-dev (the package tree tests/daemon/network_clients_test.cc
@@ -47,7 +47,7 @@ fi
 essential=$(dpkg-query -W -f='${Essential} ${db:Status-Status} ${Package}\n' |
   awk '$1 == "yes" && $2 == "installed" { print $3 }')
 packages="$essential python3 busybox-static mount cmake e2fsprogs erofs-utils libarchive13 mawk
-  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0 curl dnsutils nftables
+  procps iproute2 libstdc++6 libseccomp2 libcap2 libssl3 libnftables1 libmnl0 libnghttp2-14 curl dnsutils nftables
   git python3-pip apt dpkg-dev tmux"
 if dpkg-query -W -f='${db:Status-Status}' nodejs 2>/dev/null | grep -qx installed; then
   packages+=" nodejs"

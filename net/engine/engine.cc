@@ -277,8 +277,7 @@ struct Engine::Impl {
   Result<std::shared_ptr<asio::ssl::context>> upstream_context() {
     std::lock_guard lock(mutex);
     if (!upstream_tls) {
-      auto made = HUTCH_TRY(
-          tls::make_upstream_context({.ca_file = options.upstream_ca_file, .alpn = {"http/1.1"}}));
+      auto made = HUTCH_TRY(tls::make_upstream_context({.ca_file = options.upstream_ca_file}));
       upstream_tls = std::make_shared<asio::ssl::context>(made.release());
     }
     return upstream_tls;
@@ -333,8 +332,9 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
       std::make_shared<SandboxContext>(sandbox, asio::make_strand(impl_->io), impl_->options,
                                        impl_->log, impl_->resolver, impl_->gate);
   if (injection) {
-    // HTTP/1.1 only on both sides: the relay reads and rewrites HTTP/1.1 request heads.
-    auto server = HUTCH_TRY(tls::make_server_context(*injection->ca, {.alpn = {"http/1.1"}}));
+    // h2 and HTTP/1.1 on both sides; the relay narrows each connection's offers so that both
+    // legs agree (Relay::terminate_tls).
+    auto server = HUTCH_TRY(tls::make_server_context(*injection->ca));
     context->server_tls = std::make_shared<asio::ssl::context>(server.release());
     context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
     context->ca = std::move(injection->ca);

@@ -14,9 +14,11 @@
 
 #include "net/egress_path.h"
 #include "net/engine/fake_names.h"
+#include "net/engine/h2_relay.h"
 #include "net/http_head.h"
 #include "net/inject.h"
 #include "net/tls/client_context.h"
+#include "net/tls/server_context.h"
 #include "net/tls_hello.h"
 
 namespace hutch::net {
@@ -63,6 +65,14 @@ std::optional<std::string> placeholder_in(const Policy& policy, const Placeholde
   auto hits = scanner.scan(bytes);
   if (hits.empty()) return std::nullopt;
   return hits.front().secret;
+}
+
+// The protocol ALPN selected on a handshaken connection, "" for none.
+std::string_view alpn_of(SSL* ssl) {
+  const unsigned char* protocol = nullptr;
+  unsigned size = 0;
+  SSL_get0_alpn_selected(ssl, &protocol, &size);
+  return {reinterpret_cast<const char*>(protocol), size};
 }
 
 // A TLS stream's end: a clean close_notify, or the peer closing without one.
@@ -155,6 +165,7 @@ void Relay::on_first_bytes(Sniff sniff) {
         return deny(refusal("name", "TLS ClientHello larger than 64 KiB"));
       case HelloStatus::kComplete:
         sni_ = hello.server_name;
+        offers_h2_ = std::ranges::find(hello.alpn, "h2") != hello.alpn.end();
         [[fallthrough]];
       case HelloStatus::kNoSni:
         log_.protocol = "tls";
@@ -402,30 +413,66 @@ void Relay::arm_idle_timer() {
   });
 }
 
+// The upstream's handshake first, offering h2 only if the sandbox did; the sandbox is then
+// offered only what the upstream chose, so both legs speak one protocol: h2 goes to the h2 relay,
+// HTTP/1.1 (or no ALPN) to the request loop below. No translation between the two.
 void Relay::terminate_tls() {
   upstream_tls_.emplace(upstream_, *sandbox_->upstream_tls);
-  if (auto configured = tls::configure_upstream_ssl(upstream_tls_->native_handle(), *log_.name);
-      !configured) {
+  SSL* upstream = upstream_tls_->native_handle();
+  static constexpr std::string_view kH2AndHttp11("\x02h2\x08http/1.1", 12);
+  static constexpr std::string_view kHttp11("\x08http/1.1", 9);
+  const std::string_view offer = offers_h2_ ? kH2AndHttp11 : kHttp11;
+  if (auto configured = tls::configure_upstream_ssl(upstream, *log_.name); !configured) {
     return finish("upstream TLS: " + configured.error().message(), true);
   }
-  client_tls_.emplace(client_, *sandbox_->server_tls);
-  // The ClientHello already read is the handshake's first bytes.
-  client_tls_->async_handshake(
-      asio::ssl::stream_base::server, asio::buffer(up_.buffer.get(), peeked_),
-      [self = shared_from_this()](const boost::system::error_code& error, size_t) {
+  // SSL_set_alpn_protos returns 0 on success, unlike the rest of the API.
+  if (SSL_set_alpn_protos(upstream, reinterpret_cast<const unsigned char*>(offer.data()),
+                          static_cast<unsigned>(offer.size())) != 0) {
+    return finish("upstream TLS: SSL_set_alpn_protos failed", true);
+  }
+  upstream_tls_->async_handshake(
+      asio::ssl::stream_base::client,
+      [self = shared_from_this()](const boost::system::error_code& error) {
         if (self->phase_ != Phase::kSplicing) return;
-        if (error) return self->finish("TLS handshake with the sandbox: " + error.message(), true);
-        self->upstream_tls_->async_handshake(
-            asio::ssl::stream_base::client, [self](const boost::system::error_code& error) {
+        // An upstream whose certificate does not verify is reset, never relayed.
+        if (error) return self->finish("TLS handshake upstream: " + error.message(), true);
+        const bool h2 = alpn_of(self->upstream_tls_->native_handle()) == "h2";
+        self->client_tls_.emplace(self->client_, *self->sandbox_->server_tls);
+        const std::vector<std::string> offer{h2 ? "h2" : "http/1.1"};
+        if (auto offered = tls::offer_alpn(self->client_tls_->native_handle(), offer); !offered)
+          return self->finish("TLS with the sandbox: " + offered.error().message(), true);
+        // The ClientHello already read is the handshake's first bytes.
+        self->client_tls_->async_handshake(
+            asio::ssl::stream_base::server, asio::buffer(self->up_.buffer.get(), self->peeked_),
+            [self, h2](const boost::system::error_code& error, size_t) {
               if (self->phase_ != Phase::kSplicing) return;
-              // An upstream whose certificate does not verify is reset, never relayed.
-              if (error) return self->finish("TLS handshake upstream: " + error.message(), true);
+              if (error)
+                return self->finish("TLS handshake with the sandbox: " + error.message(), true);
               self->up_.bytes += self->peeked_;
               self->peeked_ = 0;
+              if (h2) return self->relay_h2();
               self->splice_tls_down();
               self->read_request_head();
             });
       });
+}
+
+void Relay::relay_h2() {
+  log_.reason += "; h2";
+  start_h2_relay(H2Legs{sandbox_, *client_tls_, *upstream_tls_, log_}, shared_from_this(),
+                 H2Hooks{.on_bytes =
+                             [this](uint64_t up, uint64_t down) {
+                               up_.bytes += up;
+                               down_.bytes += down;
+                               last_activity_ = std::chrono::steady_clock::now();
+                             },
+                         .on_injected =
+                             [this](std::string_view header) {
+                               const std::string note = "; injected " + std::string(header);
+                               if (log_.reason.find(note) == std::string::npos) log_.reason += note;
+                             },
+                         .on_end = [this](std::string reason,
+                                          bool reset) { finish(std::move(reason), reset); }});
 }
 
 void Relay::read_request_head() {

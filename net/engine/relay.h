@@ -1,7 +1,8 @@
 // One TCP connection from a sandbox, from accept to close: learns its names (fake address, TLS
 // SNI, HTTP Host), decides, resolves and checks, dials the checked address and splices both ways.
 // For a TLS host an inject rule names (and a sandbox with a CA), it terminates TLS on both sides
-// instead, reads each HTTP/1.1 request head, sets the rules' headers and forwards.
+// instead, reads each HTTP/1.1 request head, sets the rules' headers and forwards (or, when both
+// legs chose h2, hands them to the h2 relay).
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -58,6 +59,7 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void arm_idle_timer();
   // Terminated connections (net/inject.h): handshakes, then one request head at a time.
   void terminate_tls();
+  void relay_h2();  // both legs chose h2: net/engine/h2_relay.h takes over the TLS streams
   void read_request_head();
   void on_request_head(size_t head_size);
   void forward_body();
@@ -86,6 +88,7 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   bool tunnelled_ = false;                   // the proxy answered 2xx
   using TlsStream = asio::ssl::stream<asio::ip::tcp::socket&>;
   bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
+  bool offers_h2_ = false;  // the sandbox's ClientHello offers ALPN h2
   std::optional<TlsStream> client_tls_, upstream_tls_;
   size_t pending_ = 0;      // terminated: bytes read from the sandbox not yet handled
   uint64_t body_left_ = 0;  // terminated: bytes of the current request's body still to forward

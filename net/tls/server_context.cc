@@ -22,6 +22,24 @@ int alpn_index() {
   return index;
 }
 
+// The same, per SSL: offer_alpn's narrower list.
+int ssl_alpn_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_alpn);
+  return index;
+}
+
+Result<std::string> wire_alpn(std::span<const std::string> protocols) {
+  std::string wire;
+  for (const std::string& protocol : protocols) {
+    if (protocol.empty() || protocol.size() > 255) {
+      return kind_error(ErrorKind::kInvalid, "TLS server", "ALPN protocol names are 1..255 bytes");
+    }
+    wire += static_cast<char>(protocol.size());
+    wire += protocol;
+  }
+  return wire;
+}
+
 int select_certificate(SSL* ssl, int* alert, void*) {
   auto* ca = static_cast<SandboxCa*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), ca_index()));
   const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
@@ -40,8 +58,10 @@ int select_certificate(SSL* ssl, int* alert, void*) {
 
 int select_alpn(SSL* ssl, const unsigned char** out, unsigned char* out_size,
                 const unsigned char* offered, unsigned int offered_size, void*) {
-  const auto* ours =
-      static_cast<const std::string*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), alpn_index()));
+  const auto* ours = static_cast<const std::string*>(SSL_get_ex_data(ssl, ssl_alpn_index()));
+  if (ours == nullptr) {
+    ours = static_cast<const std::string*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), alpn_index()));
+  }
   unsigned char* chosen = nullptr;
   // Server preference: the first of our protocols the client offers.
   if (ours == nullptr ||
@@ -57,14 +77,7 @@ int select_alpn(SSL* ssl, const unsigned char** out, unsigned char* out_size,
 }  // namespace
 
 Result<SslCtxPtr> make_server_context(SandboxCa& ca, const ServerOptions& options) {
-  auto alpn = std::make_unique<std::string>();
-  for (const std::string& protocol : options.alpn) {
-    if (protocol.empty() || protocol.size() > 255) {
-      return kind_error(ErrorKind::kInvalid, "TLS server", "ALPN protocol names are 1..255 bytes");
-    }
-    *alpn += static_cast<char>(protocol.size());
-    *alpn += protocol;
-  }
+  auto alpn = std::make_unique<std::string>(HUTCH_TRY(wire_alpn(options.alpn)));
   SslCtxPtr context(SSL_CTX_new(TLS_server_method()));
   if (!context) return openssl_error("SSL_CTX_new", "TLS server");
   if (SSL_CTX_set_min_proto_version(context.get(), TLS1_2_VERSION) != 1 ||
@@ -83,6 +96,16 @@ Result<SslCtxPtr> make_server_context(SandboxCa& ca, const ServerOptions& option
     return openssl_error("SSL_CTX_set_num_tickets", "TLS server");
   }
   return context;
+}
+
+Result<void> offer_alpn(SSL* ssl, std::span<const std::string> protocols) {
+  auto alpn = std::make_unique<std::string>(HUTCH_TRY(wire_alpn(protocols)));
+  delete static_cast<std::string*>(SSL_get_ex_data(ssl, ssl_alpn_index()));
+  if (SSL_set_ex_data(ssl, ssl_alpn_index(), alpn.get()) != 1) {
+    return openssl_error("SSL_set_ex_data", "TLS server ALPN");
+  }
+  alpn.release();  // owned by the SSL's ex_data from here
+  return {};
 }
 
 }  // namespace hutch::net::tls

@@ -3,6 +3,7 @@
 // ALPN protocols in the engine's order of preference (h2, http/1.1 unless told otherwise).
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,10 @@ struct ServerOptions {
 // offers no protocol of ours gets no ALPN (RFC 7301 lets the server ignore it) and falls back
 // to its default, HTTP/1.1. TLS 1.2 is the lowest version accepted.
 Result<SslCtxPtr> make_server_context(SandboxCa& ca, const ServerOptions& options = {});
+
+// Narrows what one connection of such a context offers to `protocols` (server preference as
+// above): the engine offers the sandbox only what the upstream leg chose, so that both legs speak
+// the same protocol. Before the handshake; without it the context's list applies.
+Result<void> offer_alpn(SSL* ssl, std::span<const std::string> protocols);
 
 }  // namespace hutch::net::tls

@@ -2,7 +2,8 @@
 // path, an upstream namespace U whose lo holds TEST-NET addresses with TLS servers on them (their
 // certificates from a test CA the engine is told to trust, EngineOptions::upstream_ca_file), and
 // curl inside S (nsenter). The sandbox knows only the placeholder; the upstream must see the
-// secret, and only where a rule puts it.
+// secret, and only where a rule puts it. api.test speaks HTTP/1.1 only, h2.test HTTP/2 only
+// (tests/net/h2_upstream.h): curl --http2 reaches each with the protocol its upstream chose.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -19,12 +20,14 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "net/egress_path.h"
 #include "net/engine/engine.h"
+#include "net/engine/h2_relay.h"
 #include "net/inject.h"
 #include "net/tls/sandbox_ca.h"
 #include "net/tls/server_context.h"
@@ -33,6 +36,8 @@
 #include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
+#include "tests/net/h2_client.h"
+#include "tests/net/h2_upstream.h"
 
 namespace hutch::net {
 namespace {
@@ -43,6 +48,7 @@ constexpr std::string_view kSecret = "sk-real-secret-4f1c9e";
 const Address kApi = *Address::parse("198.51.100.10");
 const Address kOther = *Address::parse("198.51.100.20");
 const Address kRogue = *Address::parse("198.51.100.30");
+const Address kH2 = *Address::parse("198.51.100.40");
 
 using testing::new_netns;
 
@@ -146,10 +152,10 @@ class TlsUpstream {
 Policy inject_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
-  for (const char* rule : {"api.test", "other.test", "rogue.test"})
+  for (const char* rule : {"api.test", "other.test", "rogue.test", "h2.test"})
     policy.allow.push_back(*parse_rule(rule));
   policy.inject.push_back(InjectRule{
-      .match_hosts = {*parse_rule("api.test"), *parse_rule("rogue.test")},
+      .match_hosts = {*parse_rule("api.test"), *parse_rule("rogue.test"), *parse_rule("h2.test")},
       .method = std::nullopt,
       .path_prefix = "/v1/",
       .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}});
@@ -166,7 +172,8 @@ class InjectEngine : public ::testing::Test {
     sandbox_ns_ = new_netns();
     upstream_ns_ = new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
-    for (const char* address : {"198.51.100.10/32", "198.51.100.20/32", "198.51.100.30/32"})
+    for (const char* address :
+         {"198.51.100.10/32", "198.51.100.20/32", "198.51.100.30/32", "198.51.100.40/32"})
       ASSERT_TRUE(
           run_in(upstream_ns_.get(), {"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}));
     ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
@@ -194,7 +201,8 @@ class InjectEngine : public ::testing::Test {
     api_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kApi, *upstream_ca_);
     other_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kOther, *upstream_ca_);
     rogue_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kRogue, *rogue_ca_);
-    ASSERT_TRUE(api_->ok() && other_->ok() && rogue_->ok()) << "an upstream's bind";
+    h2_ = std::make_unique<testing::H2Upstream>(upstream_ns_.get(), kH2, *upstream_ca_);
+    ASSERT_TRUE(api_->ok() && other_->ok() && rogue_->ok() && h2_->ok()) << "an upstream's bind";
 
     auto key = new_placeholder_key();
     ASSERT_TRUE(key);
@@ -202,8 +210,10 @@ class InjectEngine : public ::testing::Test {
     placeholder_ = placeholder_for(key_, "OPENAI_API_KEY");
 
     EngineOptions options;
-    options.resolver =
-        static_resolver({{"api.test", {kApi}}, {"other.test", {kOther}}, {"rogue.test", {kRogue}}});
+    options.resolver = static_resolver({{"api.test", {kApi}},
+                                        {"other.test", {kOther}},
+                                        {"rogue.test", {kRogue}},
+                                        {"h2.test", {kH2}}});
     options.upstream_netns_fd = upstream_ns_.get();
     options.upstream_ca_file = upstream_ca_path_;
     options.secrets = [](std::string_view name) -> std::optional<std::string> {
@@ -226,6 +236,7 @@ class InjectEngine : public ::testing::Test {
     api_.reset();
     other_.reset();
     rogue_.reset();
+    h2_.reset();
   }
 
   // curl inside S, with `host` resolved to `address` (the engine checks it resolves so).
@@ -250,6 +261,16 @@ class InjectEngine : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), urls.begin(), urls.end());
     return testing::run_command(argv);
+  }
+
+  // `work` on a thread inside S: an H2Client made there connects through the engine.
+  void in_sandbox(const std::function<void()>& work) {
+    std::thread([&] {
+      if (setns(sandbox_ns_.get(), CLONE_NEWNET) == 0)
+        work();
+      else
+        ADD_FAILURE() << "setns into the sandbox namespace";
+    }).join();
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
@@ -282,6 +303,7 @@ class InjectEngine : public ::testing::Test {
   std::shared_ptr<tls::SandboxCa> sandbox_ca_;
   std::string upstream_ca_path_, sandbox_ca_path_, bundle_path_;
   std::unique_ptr<TlsUpstream> api_, other_, rogue_;
+  std::unique_ptr<testing::H2Upstream> h2_;
   PlaceholderKey key_{};
   std::string placeholder_;
   std::unique_ptr<Engine> engine_;
@@ -396,6 +418,186 @@ TEST_F(InjectEngine, ChunkedUploadsAndHostMismatchesOnATerminatedConnectionAreRe
   ASSERT_EQ(fronted.exit_code, 0) << fronted.err;
   EXPECT_NE(fronted.out.find("is not the TLS server name"), std::string::npos) << fronted.out;
   EXPECT_TRUE(api_->heads().empty());
+}
+
+// HTTP/2 on terminated connections: curl --http2 offers h2, the engine offers it upstream, and
+// h2.test's choice of h2 is what the sandbox is offered in turn (Relay::terminate_tls).
+TEST_F(InjectEngine, H2ConcurrentStreamsOnOneConnectionEachGetTheSecretInjected) {
+  const auto got = curl({"https://h2.test/v1/pair/a", "https://h2.test/v1/pair/b"}, "h2.test", kH2,
+                        sandbox_ca_path_,
+                        {"--http2", "--parallel", "-H", "Authorization: Bearer " + placeholder_,
+                         "-w", " %{http_version}\n"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  // Both bodies and both -w lines, interleaved as the transfers end: each stream was answered
+  // only once the other was open (not "alone"), and both in HTTP/2.
+  std::string out = got.out;
+  std::ranges::sort(out);
+  EXPECT_EQ(out, "\n\n  22aaddeeiipprr") << got.out;
+  EXPECT_EQ(h2_->accepted(), 1) << "both streams on one upstream connection";
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  for (const auto& request : requests) {
+    EXPECT_EQ(request.field("authorization"), "Bearer " + std::string(kSecret));
+    for (const auto& [name, value] : request.fields)
+      EXPECT_EQ(value.find("hutch-placeholder-"), std::string::npos) << name;
+  }
+  auto log = log_where([](const ConnectionLog& l) { return l.name == "h2.test" && l.allowed; });
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->reason.find("; h2"), std::string::npos) << log->reason;
+  EXPECT_NE(log->reason.find("injected Authorization"), std::string::npos) << log->reason;
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+TEST_F(InjectEngine, H2StreamWithAnotherAuthorityIsRefusedWhileTheOtherStreamGoesOn) {
+  // Two URL groups on one connection (--next keeps it): the second sends Host: other.test, which
+  // curl turns into that stream's :authority.
+  const auto got = curl(
+      {"https://h2.test/v1/b"}, "h2.test", kH2, sandbox_ca_path_,
+      {"--http2", "--parallel", "https://h2.test/v1/a", "--next", "--http2", "--cacert",
+       sandbox_ca_path_, "--resolve", "h2.test:443:" + kH2.to_string(), "-H", "Host: other.test"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_NE(got.out.find("ok"), std::string::npos) << got.out;
+  EXPECT_NE(got.out.find("is not the TLS server name h2.test"), std::string::npos) << got.out;
+  EXPECT_NE(got.out.find("\"rule\":\"inject\""), std::string::npos) << got.out;
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 1u) << "only the stream naming h2.test went upstream";
+  EXPECT_EQ(requests[0].field(":path"), "/v1/a");
+  EXPECT_EQ(h2_->accepted(), 1);
+  auto refused = log_where([](const ConnectionLog& l) {
+    return l.name == "h2.test" && !l.allowed && l.rule == "inject";
+  });
+  ASSERT_TRUE(refused) << "the refused stream has a log line of its own";
+  EXPECT_NE(refused->reason.find(":authority other.test"), std::string::npos) << refused->reason;
+  auto connection =
+      log_where([](const ConnectionLog& l) { return l.name == "h2.test" && l.allowed; });
+  EXPECT_TRUE(connection) << "and the connection goes on, allowed";
+}
+
+TEST_F(InjectEngine, H2PlaceholderInAnotherHeaderIsRefusedWith403NamingTheSecret) {
+  const auto got = curl({"https://h2.test/v1/chat"}, "h2.test", kH2, sandbox_ca_path_,
+                        {"--http2", "-H", "X-Forward: " + placeholder_, "-w", "%{http_code}"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  ASSERT_TRUE(got.out.ends_with("403")) << got.out;
+  auto body = nlohmann::json::parse(got.out.substr(0, got.out.size() - 3), nullptr, false);
+  ASSERT_TRUE(body.is_object()) << got.out;
+  EXPECT_EQ(body["rule"], "inject");
+  EXPECT_NE(body["reason"].get<std::string>().find("OPENAI_API_KEY"), std::string::npos);
+  EXPECT_TRUE(h2_->requests().empty()) << "nothing reached the upstream";
+  auto log = log_where([](const ConnectionLog& l) { return l.rule == "inject" && !l.allowed; });
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->reason.find("sent to h2.test GET where no inject rule"), std::string::npos)
+      << log->reason;
+  EXPECT_EQ(log->reason.find(placeholder_), std::string::npos);
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+TEST_F(InjectEngine, H2LargeBodiesPastTheFlowControlWindowsAreRelayedByteExact) {
+  // 8 MiB each way: 32 times the relay's stream window, 8 times its connection window.
+  std::string sent(8 << 20, '\0');
+  std::mt19937_64 random(12);
+  for (char& c : sent) c = static_cast<char>(random());
+  const std::string in = dir_.path() + "/upload.bin", out = dir_.path() + "/download.bin";
+  std::ofstream(in, std::ios::binary) << sent;
+  const auto got =
+      curl({"https://h2.test/v1/echo"}, "h2.test", kH2, sandbox_ca_path_,
+           {"--http2", "--max-time", "60", "-H", "Authorization: Bearer " + placeholder_,
+            "--data-binary", "@" + in, "-o", out, "-w", "%{http_code} %{http_version}"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "200 2");
+  std::ifstream file(out, std::ios::binary);
+  const std::string received((std::istreambuf_iterator<char>(file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(received.size(), sent.size());
+  EXPECT_TRUE(received == sent) << "the echoed body differs";
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].body_size, sent.size());
+  EXPECT_EQ(requests[0].field("authorization"), "Bearer " + std::string(kSecret));
+}
+
+TEST_F(InjectEngine, H2ResponseTrailersReachTheSandbox) {
+  const std::string headers = dir_.path() + "/headers.txt";
+  const auto got = curl({"https://h2.test/v1/trailers"}, "h2.test", kH2, sandbox_ca_path_,
+                        {"--http2", "-D", headers});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "ok");
+  std::ifstream file(headers);
+  const std::string dumped((std::istreambuf_iterator<char>(file)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_NE(dumped.find("x-checksum: 4f1c"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("grpc-status: 0"), std::string::npos) << dumped;
+}
+
+TEST_F(InjectEngine, H2CapableClientToAnHttp11OnlyUpstreamSpeaksHttp11OnBothLegs) {
+  const auto got =
+      curl({"https://api.test/v1/chat"}, "api.test", kApi, sandbox_ca_path_,
+           {"--http2", "-H", "Authorization: Bearer " + placeholder_, "-w", " %{http_version}"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "ok 1.1");
+  const auto heads = api_->heads();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_NE(heads[0].find("\r\nAuthorization: Bearer " + std::string(kSecret) + "\r\n"),
+            std::string::npos)
+      << heads[0];
+}
+
+// What curl cannot send or show, with the scripted client (tests/net/h2_client.h).
+TEST_F(InjectEngine, H2RequestTrailersAreForwardedAndAPlaceholderInOneIsRefused) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t kept =
+        client.request("POST", "/v1/echo", {{"authorization", "Bearer " + placeholder_}},
+                       "uploaded", {{"x-request-trailer", "yes"}});
+    const int32_t leaked =
+        client.request("POST", "/v1/echo/leak", {}, "uploaded", {{"x-leak", placeholder_}});
+    ASSERT_TRUE(client.run_until(
+        [&] { return client.streams[kept].closed && client.streams[leaked].closed; }));
+    EXPECT_EQ(client.streams[kept].status, "200");
+    EXPECT_EQ(client.streams[kept].body, "uploaded");
+    EXPECT_EQ(client.streams[leaked].status, "403");
+    EXPECT_NE(client.streams[leaked].body.find("OPENAI_API_KEY"), std::string::npos)
+        << client.streams[leaked].body;
+    EXPECT_NE(client.streams[leaked].body.find("in a trailer"), std::string::npos);
+  });
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 1u) << "the stream with the placeholder never ended upstream";
+  EXPECT_EQ(requests[0].field("x-request-trailer"), "yes");
+  EXPECT_EQ(requests[0].field("authorization"), "Bearer " + std::string(kSecret));
+  ASSERT_TRUE(testing::wait_until([&] { return !h2_->resets().empty(); }, 5s, "the reset"));
+  EXPECT_EQ(h2_->resets(), std::vector<uint32_t>{0x8}) << "CANCEL upstream for the refused stream";
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+TEST_F(InjectEngine, H2StreamResetsCrossTheRelayBothWaysWithTheirCodes) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t refused = client.request("GET", "/v1/reset");
+    const int32_t held = client.request("GET", "/v1/pair/held");
+    // The upstream resets /v1/reset: the sandbox's stream is reset with the same code.
+    ASSERT_TRUE(client.run_until(
+        [&] { return client.streams[refused].closed && h2_->requests().size() == 2; }));
+    EXPECT_EQ(client.streams[refused].code, 0xbu) << "ENHANCE_YOUR_CALM";
+    EXPECT_EQ(client.max_concurrent_streams(), kMaxConcurrentStreams);
+    // The sandbox resets the held stream: the upstream's is reset too.
+    client.reset(held, 0x8);
+    EXPECT_TRUE(client.run_until([&] { return !h2_->resets().empty(); }));
+  });
+  EXPECT_EQ(h2_->resets(), std::vector<uint32_t>{0x8});
+}
+
+TEST_F(InjectEngine, H2UpstreamGoawayReachesTheSandboxAfterItsLastStream) {
+  in_sandbox([&] {
+    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    ASSERT_TRUE(client.ok());
+    const int32_t last = client.request("GET", "/v1/goaway");
+    ASSERT_TRUE(client.run_until([&] { return client.streams[last].closed && client.goaway; }));
+    EXPECT_EQ(client.streams[last].status, "200");
+    EXPECT_EQ(client.streams[last].body, "ok");
+  });
+  auto log = log_where([](const ConnectionLog& l) { return l.name == "h2.test" && l.allowed; });
+  ASSERT_TRUE(log) << "the connection ended when the sandbox's session was done";
 }
 
 // Figures for docs/network.md, printed: the cost of termination and injection per request (100

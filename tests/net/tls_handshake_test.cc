@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -36,14 +37,16 @@ struct Outcome {
 
 // Server side in a thread: accept, echo four bytes. Client side here with `client`, already
 // set up for its host. The client's socket closes before the join, so a failed handshake on
-// one side ends the other's too.
-Outcome handshake(SSL_CTX* server_context, SslPtr client) {
+// one side ends the other's too. `configure` sets the server's SSL up before its handshake.
+Outcome handshake(SSL_CTX* server_context, SslPtr client,
+                  const std::function<void(SSL*)>& configure = {}) {
   int fds[2];
   EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0) << strerror(errno);
   UniqueFd server_fd(fds[0]), client_fd(fds[1]);
   Outcome outcome;
   std::thread server([&] {
     SslPtr ssl(SSL_new(server_context));
+    if (configure) configure(ssl.get());
     SSL_set_fd(ssl.get(), server_fd.get());
     if (SSL_accept(ssl.get()) == 1) {
       outcome.server_ok = true;
@@ -155,6 +158,31 @@ TEST_F(TlsHandshake, AlpnFollowsWhatTheClientOffers) {
   ASSERT_TRUE(server);
   auto both = client_context({.ca_file = ca_file_});
   EXPECT_EQ(handshake(server->get(), client_for(both.get(), "a.example.com")).alpn, "http/1.1");
+}
+
+// The relay offers the sandbox only what the upstream chose: one connection narrowed, the
+// context's other connections untouched.
+TEST_F(TlsHandshake, OfferAlpnNarrowsOneConnectionOnly) {
+  auto both = client_context({.ca_file = ca_file_});
+  auto narrow_to = [](std::vector<std::string> protocols) {
+    return [protocols](SSL* ssl) { ASSERT_TRUE(offer_alpn(ssl, protocols)); };
+  };
+  EXPECT_EQ(
+      handshake(server_.get(), client_for(both.get(), "a.example.com"), narrow_to({"http/1.1"}))
+          .alpn,
+      "http/1.1");
+  EXPECT_EQ(
+      handshake(server_.get(), client_for(both.get(), "a.example.com"), narrow_to({"h2"})).alpn,
+      "h2");
+  EXPECT_EQ(handshake(server_.get(), client_for(both.get(), "a.example.com")).alpn, "h2");
+  // Narrowed to what the client does not offer: no ALPN, the handshake still completes.
+  auto http1 = client_context({.ca_file = ca_file_, .alpn = {"http/1.1"}});
+  const Outcome outcome =
+      handshake(server_.get(), client_for(http1.get(), "a.example.com"), narrow_to({"h2"}));
+  EXPECT_TRUE(outcome.client_ok);
+  EXPECT_EQ(outcome.alpn, "");
+  SslPtr ssl(SSL_new(server_.get()));
+  EXPECT_FALSE(offer_alpn(ssl.get(), std::vector<std::string>{""}));
 }
 
 TEST_F(TlsHandshake, HelloWithoutSniIsRefused) {
