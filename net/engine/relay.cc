@@ -377,7 +377,7 @@ void Relay::on_connected() {
 
 // Passthrough moves bytes socket -> pipe -> socket in the kernel (splice(2)): no copy through
 // user space, and up to a pipe's worth (kPipeSize) per wakeup. Read into a 64 KiB buffer and
-// written out, bulk was 46 % of a direct connection; this way 86 % (bench/network.sh, medians,
+// written out, bulk was 52 % of a direct connection; this way 86 % (bench/network.sh, medians,
 // docs/network.md). Counted as read: the log's bytes and the idle timer see what the source sent.
 void Relay::splice(bool up) {
   // The other direction's turn may have ended the connection (on_connected starts both).
