@@ -6,6 +6,9 @@
 # "network":"filtered" against "loopback", alternated (bench/daemon.cc), with and without
 # namespaces made ahead.
 # Usage: bench/network.sh [--runs N] [--bulk-mib N] [--sandboxes N]   (as root)
+# On a shared machine the bulk rate is mostly the CPU share the run gets (the engine's path has
+# three busy threads, the direct one two): `bulk cpu` (CPU time per GiB) is steadier, and
+# `chrt -f 10 bench/network.sh` keeps the machine's other processes from deciding the figures.
 #
 # Nothing leaves this machine: the upstream is a network namespace U made here (198.51.100.10 on
 # a veth end), the direct client a namespace D on the veth's other end; the engine dials from U.

@@ -28,6 +28,9 @@ void reset_socket(asio::ip::tcp::socket& socket);
 class Relay final : public Closable, public std::enable_shared_from_this<Relay> {
  public:
   static constexpr size_t kBufferSize = 64 * 1024;
+  // Passthrough: the pipe between the two sockets, and how many pipes' worth one turn moves.
+  static constexpr size_t kPipeSize = 256 * 1024;
+  static constexpr int kSpliceRounds = 4;
 
   Relay(std::shared_ptr<SandboxContext> sandbox, asio::ip::tcp::socket client,
         Destination destination);
@@ -39,6 +42,10 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   enum class Sniff : uint8_t { kTls, kHttp };
   struct Direction {
     std::unique_ptr<uint8_t[]> buffer;
+    // Passthrough: bytes move from one socket into this pipe and on into the other in the
+    // kernel (splice(2)), never through `buffer`; `in_pipe` of them are in it.
+    UniqueFd pipe_read, pipe_write;
+    size_t in_pipe = 0;
     uint64_t bytes = 0;
     bool done = false;
   };
@@ -56,6 +63,7 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void fail_connect(std::string reason);
   void proxy_failed(std::string reason, int status);
   void splice(bool up);
+  void wait_to_splice(asio::ip::tcp::socket& socket, asio::socket_base::wait_type wait, bool up);
   void arm_idle_timer();
   // Terminated connections (net/inject.h): handshakes, then one request head at a time.
   void terminate_tls();

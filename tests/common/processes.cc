@@ -42,4 +42,17 @@ int count_pid_ns_processes_with(pid_t member, const std::string& marker) {
   return count_with(marker, ns);
 }
 
+std::vector<pid_t> pid_ns_processes(pid_t member) {
+  std::vector<pid_t> pids;
+  const std::string ns = pid_ns_of("/proc/" + std::to_string(member));
+  if (ns.empty()) return pids;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (pid_ns_of(entry.path()) == ns) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
 }  // namespace hutch::testing

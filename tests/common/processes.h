@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace hutch::testing {
 
@@ -15,5 +16,9 @@ int count_host_processes_with(const std::string& marker);
 // Processes in the pid namespace of `member` (a sandbox's init: `init_pid` of the API) whose
 // command line contains `marker`: the sandbox's own, whatever other sandboxes run meanwhile.
 int count_pid_ns_processes_with(pid_t member, const std::string& marker);
+
+// Every process in the pid namespace of `member` (host pids), `member` included; none when it is
+// gone.
+std::vector<pid_t> pid_ns_processes(pid_t member);
 
 }  // namespace hutch::testing
