@@ -75,6 +75,8 @@ NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueF
     : options_(std::move(options)),
       metrics_(metrics),
       upstream_netns_(std::move(upstream_netns)),
+      trust_pool_(options_.state_dir.empty() ? "" : options_.state_dir + "/ca-ahead",
+                  options_.netns_ahead),
       pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
@@ -113,8 +115,10 @@ NetworkService::~NetworkService() { engine_.reset(); }
 
 Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
                                     const LiveSandbox& live, const net::Policy& policy,
-                                    std::optional<PreparedEgress> prepared) {
+                                    std::optional<PreparedEgress> prepared,
+                                    std::optional<SandboxTrust> trust) {
   if (!has_egress(policy.mode)) return {};
+  if (!trust) trust.emplace(HUTCH_TRY(load_trust(dir)));
   auto netns = HUTCH_TRY(live.open_netns());
   if (prepared) {
     // The zygote was asked to start the sandbox in this namespace: make sure it did, or the
@@ -128,25 +132,35 @@ Result<void> NetworkService::attach(const std::string& id, const std::string& di
       return plain_error("network", "the sandbox is not in the namespace made ahead for it (net:[" +
                                         std::to_string(given.st_ino) + "], found net:[" +
                                         std::to_string(found.st_ino) + "])");
-    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true);
+    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true,
+                            std::move(*trust));
   }
   HUTCH_TRY(net::install_egress_path(netns.get()));
   auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
-  return attach_listeners(id, dir, policy, std::move(listeners), true);
+  return attach_listeners(id, dir, policy, std::move(listeners), true, std::move(*trust));
 }
 
 Result<void> NetworkService::reattach(const std::string& id, const std::string& dir,
                                       const LiveSandbox& live, const net::Policy& policy) {
   if (!has_egress(policy.mode)) return {};
+  auto trust = load_trust(dir);
+  if (!trust && trust.error().kind == ErrorKind::kNotFound) {
+    // Made by a hutchd that kept no CA: a new one, kept from now on. The sandbox does not trust
+    // it (nothing can bind it into a running sandbox): GET .../network gives it to install.
+    spdlog::warn("sandbox={} recovery: {}; a new CA is made", id, trust.error().message());
+    trust = provision_trust(dir);
+  }
+  if (!trust) return std::unexpected(trust.error());
   auto netns = HUTCH_TRY(live.open_netns());
   // The path stays in the namespace across a hutchd restart; the listeners do not.
   auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
-  return attach_listeners(id, dir, policy, std::move(listeners), false);
+  return attach_listeners(id, dir, policy, std::move(listeners), false, std::move(*trust));
 }
 
 Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
                                               const net::Policy& policy,
-                                              net::EgressListeners listeners, bool fresh) {
+                                              net::EgressListeners listeners, bool fresh,
+                                              SandboxTrust trust) {
   std::map<net::Address, std::string> known;
   UniqueFd names;
   if (!dir.empty()) {
@@ -157,13 +171,11 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
     if (!names) return sys_error("open", path);
   }
-  // A CA of its own for every sandbox with egress (a fork or rollback too: never another's), so
-  // that inject rules a later PUT adds find the sandbox trusting it already. Unconstrained by
-  // names: rules may change at runtime; the engine mints leaves only for hosts a rule names.
+  // Every sandbox with egress has a CA of its own (a fork's too: never another's), so that
+  // inject rules a later PUT adds find the sandbox trusting it already.
   net::SandboxInjection injection;
-  injection.ca = std::shared_ptr<net::tls::SandboxCa>(
-      HUTCH_TRY(net::tls::SandboxCa::create({.label = "hutch sandbox " + id})));
-  injection.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
+  injection.ca = std::move(trust.ca);
+  injection.placeholder_key = trust.placeholder_key;
   {
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
@@ -188,7 +200,13 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
 Result<UniqueFd> NetworkService::attach_bake(const std::string& id, const net::Policy& policy) {
   std::optional<PreparedEgress> prepared = pool_.take();
   if (!prepared) prepared.emplace(HUTCH_TRY(prepare_egress()));
-  HUTCH_TRY(attach_listeners(id, "", policy, std::move(prepared->listeners), true));
+  // A bake's CA lives as long as the bake, in memory only: nothing binds it into the bake (its
+  // layer must not hold one) and no restart re-adopts a bake.
+  SandboxTrust trust;
+  trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({.label = "bake " + id}));
+  trust.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
+  HUTCH_TRY(
+      attach_listeners(id, "", policy, std::move(prepared->listeners), true, std::move(trust)));
   return std::move(prepared->netns);
 }
 

@@ -253,6 +253,15 @@ void relay(const std::shared_ptr<SandboxContext>& sandbox, Tcp::socket socket) {
 
 }  // namespace
 
+Result<std::shared_ptr<asio::ssl::context>> SandboxContext::server_tls() {
+  if (!server_tls_) {
+    // HTTP/1.1 only on both sides: the relay reads and rewrites HTTP/1.1 request heads.
+    auto server = HUTCH_TRY(tls::make_server_context(*ca, {.alpn = {"http/1.1"}}));
+    server_tls_ = std::make_shared<asio::ssl::context>(server.release());
+  }
+  return server_tls_;
+}
+
 struct Engine::Impl {
   Impl(EngineOptions options_, LogSink log_, NameSink names_)
       : options(std::move(options_)),
@@ -333,9 +342,6 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
       std::make_shared<SandboxContext>(sandbox, asio::make_strand(impl_->io), impl_->options,
                                        impl_->log, impl_->resolver, impl_->gate);
   if (injection) {
-    // HTTP/1.1 only on both sides: the relay reads and rewrites HTTP/1.1 request heads.
-    auto server = HUTCH_TRY(tls::make_server_context(*injection->ca, {.alpn = {"http/1.1"}}));
-    context->server_tls = std::make_shared<asio::ssl::context>(server.release());
     context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
     context->ca = std::move(injection->ca);
     context->placeholder_key = injection->placeholder_key;

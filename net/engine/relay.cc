@@ -396,7 +396,9 @@ void Relay::terminate_tls() {
       !configured) {
     return finish("upstream TLS: " + configured.error().message(), true);
   }
-  client_tls_.emplace(client_, *sandbox_->server_tls);
+  auto server = sandbox_->server_tls();
+  if (!server) return finish("TLS server: " + server.error().message(), true);
+  client_tls_.emplace(client_, **server);
   // The ClientHello already read is the handshake's first bytes.
   client_tls_->async_handshake(
       asio::ssl::stream_base::server, asio::buffer(up_.buffer.get(), peeked_),
