@@ -76,7 +76,7 @@ NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueF
       metrics_(metrics),
       upstream_netns_(std::move(upstream_netns)),
       trust_pool_(options_.state_dir.empty() ? "" : options_.state_dir + "/ca-ahead",
-                  options_.netns_ahead),
+                  options_.netns_ahead, {kNetworkNames}),
       pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
@@ -166,10 +166,15 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
   if (!dir.empty()) {
     const std::string path = dir + "/" + kNetworkNames;
     if (!fresh) known = read_names(path);
-    // A fresh sandbox (a rollback's too) starts with no names: never another one's.
-    names.reset(::open(path.c_str(),
-                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
+    // Usually there already, empty: made ahead with the sandbox's CA (TrustPool).
+    names.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!names) return sys_error("open", path);
+    // A fresh sandbox (a rollback's too) starts with no names: never another one's. Truncated
+    // only when it has some: O_TRUNC updates the inode (a journal write) even for an empty file.
+    struct stat st {};
+    if (fresh &&
+        (::fstat(names.get(), &st) != 0 || (st.st_size > 0 && ::ftruncate(names.get(), 0) != 0)))
+      return sys_error("ftruncate", path);
   }
   // Every sandbox with egress has a CA of its own (a fork's too: never another's), so that
   // inject rules a later PUT adds find the sandbox trusting it already.

@@ -149,6 +149,13 @@ std::vector<BindMount> trust_binds(const std::string& sandbox_dir) {
 
 AheadTrust::~AheadTrust() {
   if (!path_.empty()) remove_tree(path_);
+  for (const auto& [path, name] : files_) ::unlink(path.c_str());
+}
+
+Result<void> AheadTrust::add_empty_file(std::string path, std::string name) {
+  HUTCH_TRY(create_file(path, 0600));
+  files_.emplace_back(std::move(path), std::move(name));
+  return {};
 }
 
 Result<SandboxTrust> AheadTrust::place(const std::string& sandbox_dir) {
@@ -156,6 +163,12 @@ Result<SandboxTrust> AheadTrust::place(const std::string& sandbox_dir) {
   if (::rename(path_.c_str(), target.c_str()) != 0)
     return sys_error("rename", path_ + " to " + target);
   path_.clear();
+  while (!files_.empty()) {
+    const auto& [path, name] = files_.back();
+    const std::string file = sandbox_dir + "/" + name;
+    if (::rename(path.c_str(), file.c_str()) != 0) return sys_error("rename", path + " to " + file);
+    files_.pop_back();
+  }
   return std::move(trust_);
 }
 
@@ -174,15 +187,19 @@ std::string fresh_pool_dir(std::string dir) {
 
 }  // namespace
 
-TrustPool::TrustPool(std::string dir, size_t size)
+TrustPool::TrustPool(std::string dir, size_t size, std::vector<std::string> empty_files)
     : dir_(fresh_pool_dir(std::move(dir))),
+      empty_files_(std::move(empty_files)),
       ahead_(
           dir_.empty() ? 0 : size, [this] { return make_one(); }, "sandbox CAs ahead") {}
 
 Result<AheadTrust> TrustPool::make_one() {
   const std::string path = dir_ + "/" + std::to_string(made_.fetch_add(1));
   auto trust = HUTCH_TRY(make_trust_dir(path));
-  return AheadTrust(path, std::move(trust));
+  AheadTrust ahead(path, std::move(trust), {});
+  for (const std::string& name : empty_files_)
+    HUTCH_TRY(ahead.add_empty_file(path + "." + name, name));
+  return ahead;
 }
 
 Result<SandboxTrust> TrustPool::provision(const std::string& sandbox_dir) {

@@ -59,23 +59,31 @@ Result<SandboxTrust> load_trust(const std::string& sandbox_dir);
 // has as a regular file. Read-only, nosuid, nodev.
 std::vector<BindMount> trust_binds(const std::string& sandbox_dir);
 
-// A trust dir made ahead in TrustPool's dir: removed with this unless placed into a sandbox's.
+// A trust dir made ahead in TrustPool's dir, with the empty files made with it (`files`: pool
+// path -> name in the sandbox's dir): removed with this unless placed into a sandbox's.
 class AheadTrust {
  public:
-  AheadTrust(std::string path, SandboxTrust trust)
-      : path_(std::move(path)), trust_(std::move(trust)) {}
+  AheadTrust(std::string path, SandboxTrust trust,
+             std::vector<std::pair<std::string, std::string>> files)
+      : path_(std::move(path)), trust_(std::move(trust)), files_(std::move(files)) {}
   AheadTrust(AheadTrust&& other) noexcept
-      : path_(std::exchange(other.path_, {})), trust_(std::move(other.trust_)) {}
+      : path_(std::exchange(other.path_, {})),
+        trust_(std::move(other.trust_)),
+        files_(std::exchange(other.files_, {})) {}
   AheadTrust& operator=(AheadTrust&&) = delete;
   AheadTrust(const AheadTrust&) = delete;
   ~AheadTrust();
 
-  // Renames the dir to <sandbox_dir>/ca (the same filesystem: the state dir's).
+  // A new empty file at `path` (in the pool's dir) that place() renames to <sandbox_dir>/<name>.
+  Result<void> add_empty_file(std::string path, std::string name);
+  // Renames the dir to <sandbox_dir>/ca and each file to <sandbox_dir>/<name> (the same
+  // filesystem: the state dir's).
   Result<SandboxTrust> place(const std::string& sandbox_dir);
 
  private:
   std::string path_;  // "" once placed or moved from
   SandboxTrust trust_;
+  std::vector<std::pair<std::string, std::string>> files_;  // those not placed yet
 };
 
 // Sandbox CAs made ahead (made_ahead.h), so a filtered create pays neither for the keys and
@@ -84,8 +92,10 @@ class AheadTrust {
 class TrustPool {
  public:
   // `dir`: hutchd's (<state>/ca-ahead), emptied of what a previous hutchd left there. size 0 or
-  // dir "": nothing made ahead.
-  TrustPool(std::string dir, size_t size);
+  // dir "": nothing made ahead. `empty_files`: files a sandbox's dir gets, empty, from a CA made
+  // ahead (never from one made at the create): creating a file costs ~70 µs on ext4 (its
+  // inode's allocation), a rename ~10 µs.
+  TrustPool(std::string dir, size_t size, std::vector<std::string> empty_files = {});
   TrustPool(const TrustPool&) = delete;
   TrustPool& operator=(const TrustPool&) = delete;
 
@@ -99,6 +109,7 @@ class TrustPool {
   Result<AheadTrust> make_one();
 
   const std::string dir_;
+  const std::vector<std::string> empty_files_;
   std::atomic<uint64_t> made_ = 0;  // names the pool's dirs
   MadeAhead<AheadTrust> ahead_;     // last: its thread calls make_one()
 };

@@ -127,7 +127,8 @@ TEST(SandboxTrustTest, AKeptTrustDirLoadsBackTheSameCaAndPlaceholders) {
 }
 
 // CAs made ahead: a previous hutchd's leftovers go, each one is handed out once (renamed into the
-// sandbox's dir), and what the pool holds at its end goes with it.
+// sandbox's dir, with the empty files made with it), and what the pool holds at its end goes
+// with it.
 TEST(SandboxTrustTest, APoolHandsOutEachCaOnceAndLeavesNothing) {
   HUTCH_REQUIRE(::access(net::tls::kHostRootsPath.data(), R_OK) == 0,
                 "needs the host's CA bundle (ca-certificates)");
@@ -136,16 +137,19 @@ TEST(SandboxTrustTest, APoolHandsOutEachCaOnceAndLeavesNothing) {
   std::filesystem::create_directories(ahead + "/7/public");
   std::string first_ca;
   {
-    TrustPool pool(ahead, 2);
+    TrustPool pool(ahead, 2, {std::string(kNetworkNames)});
     EXPECT_FALSE(std::filesystem::exists(ahead + "/7")) << "a previous hutchd's leftover";
     ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "2 CAs made ahead"));
     std::vector<std::string> pems;
     for (const char* name : {"a", "b", "c"}) {
       const std::string sandbox = state.path() + "/" + name;
       ASSERT_EQ(::mkdir(sandbox.c_str(), 0700), 0);
+      ASSERT_TRUE(testing::wait_until([&] { return pool.ready() >= 1; }, 10s, "a CA made ahead"));
       auto trust = pool.provision(sandbox);
       ASSERT_TRUE(trust) << trust.error().message();
       EXPECT_EQ(read_file(sandbox + "/ca/public/sandbox-ca.pem"), trust->ca->certificate_pem());
+      EXPECT_TRUE(std::filesystem::is_regular_file(sandbox + "/" + kNetworkNames)) << name;
+      EXPECT_EQ(mode_of(sandbox + "/" + kNetworkNames), 0600u) << name;
       pems.push_back(trust->ca->certificate_pem());
     }
     EXPECT_NE(pems[0], pems[1]);
