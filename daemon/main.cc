@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
                  "loopback; filtered with no rules reaches nothing)");
   size_t net_ahead = hutch::daemon::service::NetworkOptions{}.netns_ahead;
   app.add_option("--net-ahead", net_ahead,
-                 "Network namespaces with the egress path made ahead for filtered and open "
-                 "creates (0..64, default 4; 0: each create installs its own)")
+                 "Network namespaces with the egress path, and sandbox CAs, made ahead for "
+                 "filtered and open creates (0..64, default 4; 0: each create makes its own)")
       ->check(CLI::Range(0, 64));
   std::string net_upstream_netns;
   app.add_option("--net-upstream-netns", net_upstream_netns,
@@ -281,6 +281,7 @@ int main(int argc, char** argv) {
   }
 
   Metrics metrics;
+  network.state_dir = state_dir;
   auto network_service =
       hutch::daemon::service::NetworkService::create(std::move(network), metrics);
   if (!network_service) return fail(network_service.error().message());

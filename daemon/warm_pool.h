@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "daemon/json_codec.h"
+#include "daemon/service/sandbox_trust.h"
 #include "runtime/live_sandbox.h"
 
 namespace hutch::daemon {
@@ -26,6 +27,8 @@ struct SpawnedSandbox {
   std::string dir;
   LiveSandbox live;
   std::vector<std::string> layer_digests;  // its recipe's layers when it was built
+  // A sandbox with egress: its CA, kept in `dir` and bound into it (service/sandbox_trust.h).
+  std::optional<service::SandboxTrust> trust;
 };
 
 class WarmPool {

@@ -45,6 +45,25 @@ NetMode net_mode_from_wire(const std::string& text) {
   throw bad_request("net must be none, loopback or host_owned");
 }
 
+const char* bind_from_wire(BindFrom from) {
+  switch (from) {
+    case BindFrom::kHost:
+      return "host";
+    case BindFrom::kLauncher:
+      return "launcher";
+    case BindFrom::kSandbox:
+      return "sandbox";
+  }
+  return "host";
+}
+
+BindFrom bind_from_from_wire(const std::string& text) {
+  if (text == "host") return BindFrom::kHost;
+  if (text == "launcher") return BindFrom::kLauncher;
+  if (text == "sandbox") return BindFrom::kSandbox;
+  throw bad_request("a bind's from must be host, launcher or sandbox");
+}
+
 }  // namespace
 
 json spec_to_json(const SandboxSpec& spec) {
@@ -55,7 +74,11 @@ json spec_to_json(const SandboxSpec& spec) {
   if (spec.limits.cpu_weight) limits["cpu_weight"] = *spec.limits.cpu_weight;
   json binds = json::array();
   for (const BindMount& bind : spec.binds)
-    binds.push_back({{"source", bind.source}, {"target", bind.target}, {"ro", bind.read_only}});
+    binds.push_back({{"source", bind.source},
+                     {"target", bind.target},
+                     {"ro", bind.read_only},
+                     {"from", bind_from_wire(bind.from)},
+                     {"existing_file_only", bind.existing_file_only}});
   return {
       {"lower_dirs", spec.lower_dirs},
       {"layers", spec.layers},
@@ -91,7 +114,9 @@ SandboxSpec spec_from_json(const json& j) {
   spec.net = net_mode_from_wire(j.at("net").get<std::string>());
   for (const json& bind : j.at("binds")) {
     spec.binds.push_back({bind.at("source").get<std::string>(),
-                          bind.at("target").get<std::string>(), bind.at("ro").get<bool>()});
+                          bind.at("target").get<std::string>(), bind.at("ro").get<bool>(),
+                          bind_from_from_wire(bind.at("from").get<std::string>()),
+                          bind.at("existing_file_only").get<bool>()});
   }
   spec.uid = wire_uint<uid_t>(j, "uid");
   spec.gid = wire_uint<gid_t>(j, "gid");

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -144,6 +145,22 @@ Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skelet
   return {};
 }
 
+// The trees of the binds whose sources the sandbox's ids cannot reach (BindFrom::kLauncher),
+// opened here as host root; the child inherits the fds through clone3 (MountOp::source_fd) and
+// attaches them. Closed by the caller once the child has its copies.
+Result<std::vector<UniqueFd>> open_launcher_trees(MountPlan& plan) {
+  std::vector<UniqueFd> trees;
+  for (MountOp& op : plan.ops) {
+    if (op.kind != MountOp::Kind::kBind || op.from != BindFrom::kLauncher) continue;
+    UniqueFd tree(
+        open_tree(AT_FDCWD, op.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
+    if (!tree) return sys_error("open_tree", op.source + " (OPEN_TREE_CLONE)");
+    op.source_fd = tree.get();
+    trees.push_back(std::move(tree));
+  }
+  return trees;
+}
+
 // Limits from the spec (defaults for what it leaves unset), in a fresh cgroup per sandbox.
 // Leftovers of crashed runs are removed first (unless the caller sweeps on its own schedule), so
 // they cannot pile up.
@@ -241,8 +258,10 @@ Result<void> prepare(const SandboxSpec& input, Prepared& out, bool needs_command
                                      "; at most " + std::to_string(kMaxPassedFds) + ")");
   if (!spec.upper_dir.empty())
     spec.upper_dir = HUTCH_TRY(canonical_directory(spec.upper_dir, "upper dir"));
-  for (BindMount& bind : spec.binds)
-    bind.source = HUTCH_TRY(canonical_path(bind.source, "bind source"));
+  for (BindMount& bind : spec.binds) {
+    if (bind.from != BindFrom::kSandbox)
+      bind.source = HUTCH_TRY(canonical_path(bind.source, "bind source"));
+  }
   out.mounts = HUTCH_TRY(build_mount_plan(spec));
 
   std::string_view path_var = kDefaultSearchPath;
@@ -314,6 +333,8 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
     for (const UniqueFd& fd : v1_task_files) prepared.child.v1_task_fds.push_back(fd.get());
   }
 
+  std::vector<UniqueFd> launcher_trees = HUTCH_TRY(open_launcher_trees(prepared.mounts));
+
   // Made here, in the caller's user namespace: CLONE_NEWNET in clone3 would make the namespace
   // the sandbox's user namespace owns, whose root could then undo the engine's rules.
   if (prepared.spec.net == NetMode::kHostOwned && !prepared.prebuilt_netns) {
@@ -345,7 +366,8 @@ Result<Launched> launch_sandbox(Prepared& prepared, bool skeleton_on_thread) {
   launched.init.emplace(static_cast<pid_t>(pid), pidfd);
   const pid_t init = launched.init->pid();
   child_end.reset();
-  v1_task_files.clear();  // the child has its own copies and joins its v1 cgroups through them
+  v1_task_files.clear();   // the child has its own copies and joins its v1 cgroups through them
+  launcher_trees.clear();  // likewise: the child attaches its copies (a tree dies with its last fd)
 
   HUTCH_TRY(write_maps(prepared, init, launched.sync.get()));
   HUTCH_TRY(send_root(prepared, skeleton, init, launched));

@@ -20,10 +20,25 @@ struct IdMap {
   uint32_t count = 65536;
 };
 
+// Who opens a bind's source.
+enum class BindFrom {
+  // The sandbox's child, by host path: the sandbox's host ids must be able to reach it.
+  kHost,
+  // The launcher, by host path, as host root before clone3: a source in a directory the
+  // sandbox's ids cannot search (hutchd's state, mode 0700). The child gets the detached tree.
+  kLauncher,
+  // The child, by a path inside the sandbox that an earlier bind mounted: a second view of it.
+  kSandbox,
+};
+
 struct BindMount {
-  std::string source;  // host path
+  std::string source;  // host path (kHost, kLauncher) or a path inside the sandbox (kSandbox)
   std::string target;  // absolute path inside the sandbox
   bool read_only = true;
+  BindFrom from = BindFrom::kHost;
+  // Bound only over a regular file the rootfs has at `target` (symlinks followed inside the
+  // root, never out of its filesystem), else skipped; nothing is created for it.
+  bool existing_file_only = false;
 };
 
 // kNone: a namespace with lo down. kLoopback: lo up, in a namespace made ahead (then owned by the

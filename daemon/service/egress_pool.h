@@ -1,19 +1,14 @@
 // Filtered sandboxes' network namespaces made ahead, so a create with egress pays none of the
 // path's install (~1.1 ms: the nft table, the veth, IPv6's local routes) or the listeners' binds:
-// a thread of hutchd keeps `size` namespaces, each owned by the host's user namespace, with lo
-// up, the egress path (net/egress_path.h) installed and the engine's listeners bound in it. The
-// create takes one, hands its fd to the zygote (the supervisor joins it, launch.cc) and gives
-// the listeners to the engine. Each namespace goes to one sandbox at most: take() moves it out,
-// and whoever holds it last (the pool, a failed create) closing its fds frees it.
+// a thread of hutchd keeps `size` namespaces (made_ahead.h), each owned by the host's user
+// namespace, with lo up, the egress path (net/egress_path.h) installed and the engine's listeners
+// bound in it. The create takes one, hands its fd to the zygote (the supervisor joins it,
+// launch.cc) and gives the listeners to the engine. Each namespace goes to one sandbox at most:
+// take() moves it out, and whoever holds it last (the pool, a failed create) closing its fds
+// frees it.
 #pragma once
 
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
-#include <mutex>
-#include <optional>
-#include <thread>
-
+#include "daemon/service/made_ahead.h"
 #include "net/egress_path.h"
 #include "runtime/base/error.h"
 #include "runtime/base/unique_fd.h"
@@ -29,30 +24,11 @@ struct PreparedEgress {
 // listeners bound: the pool's unit, made on the calling thread (which stays in its namespace).
 Result<PreparedEgress> prepare_egress();
 
-class EgressPool {
+// size 0: no thread, take() always empty (every create installs its own path).
+class EgressPool : public MadeAhead<PreparedEgress> {
  public:
-  // size 0: no thread, take() always empty (every create installs its own path).
-  explicit EgressPool(size_t size);
-  EgressPool(const EgressPool&) = delete;
-  EgressPool& operator=(const EgressPool&) = delete;
-  ~EgressPool();  // stops the thread, then closes every namespace still held
-
-  // One prepared namespace, or nullopt when none is ready (the caller installs its own). Wakes
-  // the refill.
-  std::optional<PreparedEgress> take();
-
-  size_t size() const { return size_; }
-  size_t ready() const;
-
- private:
-  void refill();
-
-  const size_t size_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<PreparedEgress> ready_;
-  bool stopping_ = false;
-  std::thread thread_;  // last: started once the members above exist
+  explicit EgressPool(size_t size)
+      : MadeAhead<PreparedEgress>(size, prepare_egress, "network namespaces ahead") {}
 };
 
 }  // namespace hutch::daemon::service

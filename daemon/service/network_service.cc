@@ -132,6 +132,8 @@ NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueF
     : options_(std::move(options)),
       metrics_(metrics),
       upstream_netns_(std::move(upstream_netns)),
+      trust_pool_(options_.state_dir.empty() ? "" : options_.state_dir + "/ca-ahead",
+                  options_.netns_ahead, {kNetworkNames}),
       pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
@@ -171,8 +173,10 @@ NetworkService::~NetworkService() { engine_.reset(); }
 
 Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
                                     const LiveSandbox& live, const net::Policy& policy,
-                                    std::optional<PreparedEgress> prepared) {
+                                    std::optional<PreparedEgress> prepared,
+                                    std::optional<SandboxTrust> trust) {
   if (!has_egress(policy.mode)) return {};
+  if (!trust) trust.emplace(HUTCH_TRY(load_trust(dir)));
   auto netns = HUTCH_TRY(live.open_netns());
   if (prepared) {
     // The zygote was asked to start the sandbox in this namespace: make sure it did, or the
@@ -186,42 +190,55 @@ Result<void> NetworkService::attach(const std::string& id, const std::string& di
       return plain_error("network", "the sandbox is not in the namespace made ahead for it (net:[" +
                                         std::to_string(given.st_ino) + "], found net:[" +
                                         std::to_string(found.st_ino) + "])");
-    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true);
+    return attach_listeners(id, dir, policy, std::move(prepared->listeners), true,
+                            std::move(*trust));
   }
   HUTCH_TRY(net::install_egress_path(netns.get()));
   auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
-  return attach_listeners(id, dir, policy, std::move(listeners), true);
+  return attach_listeners(id, dir, policy, std::move(listeners), true, std::move(*trust));
 }
 
 Result<void> NetworkService::reattach(const std::string& id, const std::string& dir,
                                       const LiveSandbox& live, const net::Policy& policy) {
   if (!has_egress(policy.mode)) return {};
+  auto trust = load_trust(dir);
+  if (!trust && trust.error().kind == ErrorKind::kNotFound) {
+    // Made by a hutchd that kept no CA: a new one, kept from now on. The sandbox does not trust
+    // it (nothing can bind it into a running sandbox): GET .../network gives it to install.
+    spdlog::warn("sandbox={} recovery: {}; a new CA is made", id, trust.error().message());
+    trust = provision_trust(dir);
+  }
+  if (!trust) return std::unexpected(trust.error());
   auto netns = HUTCH_TRY(live.open_netns());
   // The path stays in the namespace across a hutchd restart; the listeners do not.
   auto listeners = HUTCH_TRY(net::bind_egress_listeners(netns.get()));
-  return attach_listeners(id, dir, policy, std::move(listeners), false);
+  return attach_listeners(id, dir, policy, std::move(listeners), false, std::move(*trust));
 }
 
 Result<void> NetworkService::attach_listeners(const std::string& id, const std::string& dir,
                                               const net::Policy& policy,
-                                              net::EgressListeners listeners, bool fresh) {
+                                              net::EgressListeners listeners, bool fresh,
+                                              SandboxTrust trust) {
   std::map<net::Address, std::string> known;
   UniqueFd names;
   if (!dir.empty()) {
     const std::string path = dir + "/" + kNetworkNames;
     if (!fresh) known = read_names(path);
-    // A fresh sandbox (a rollback's too) starts with no names: never another one's.
-    names.reset(::open(path.c_str(),
-                       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0600));
+    // Usually there already, empty: made ahead with the sandbox's CA (TrustPool).
+    names.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!names) return sys_error("open", path);
+    // A fresh sandbox (a rollback's too) starts with no names: never another one's. Truncated
+    // only when it has some: O_TRUNC updates the inode (a journal write) even for an empty file.
+    struct stat st {};
+    if (fresh &&
+        (::fstat(names.get(), &st) != 0 || (st.st_size > 0 && ::ftruncate(names.get(), 0) != 0)))
+      return sys_error("ftruncate", path);
   }
-  // A CA of its own for every sandbox with egress (a fork or rollback too: never another's), so
-  // that inject rules a later PUT adds find the sandbox trusting it already. Unconstrained by
-  // names: rules may change at runtime; the engine mints leaves only for hosts a rule names.
+  // Every sandbox with egress has a CA of its own (a fork's too: never another's), so that
+  // inject rules a later PUT adds find the sandbox trusting it already.
   net::SandboxInjection injection;
-  injection.ca = std::shared_ptr<net::tls::SandboxCa>(
-      HUTCH_TRY(net::tls::SandboxCa::create({.label = "hutch sandbox " + id})));
-  injection.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
+  injection.ca = std::move(trust.ca);
+  injection.placeholder_key = trust.placeholder_key;
   {
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
@@ -246,7 +263,13 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
 Result<UniqueFd> NetworkService::attach_bake(const std::string& id, const net::Policy& policy) {
   std::optional<PreparedEgress> prepared = pool_.take();
   if (!prepared) prepared.emplace(HUTCH_TRY(prepare_egress()));
-  HUTCH_TRY(attach_listeners(id, "", policy, std::move(prepared->listeners), true));
+  // A bake's CA lives as long as the bake, in memory only: nothing binds it into the bake (its
+  // layer must not hold one) and no restart re-adopts a bake.
+  SandboxTrust trust;
+  trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({.label = "bake " + id}));
+  trust.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
+  HUTCH_TRY(
+      attach_listeners(id, "", policy, std::move(prepared->listeners), true, std::move(trust)));
   return std::move(prepared->netns);
 }
 

@@ -19,6 +19,7 @@
 #include "daemon/metrics.h"
 #include "daemon/service/egress_pool.h"
 #include "daemon/service/error.h"
+#include "daemon/service/sandbox_trust.h"
 #include "daemon/service/secrets.h"
 #include "net/engine/engine.h"
 #include "net/policy.h"
@@ -51,9 +52,11 @@ struct NetworkOptions {
   std::string upstream_netns;
   std::map<std::string, std::vector<net::Address>> static_names;
   size_t log_ring = 1000;  // decisions kept per sandbox
-  // Namespaces with the egress path made ahead (daemon/service/egress_pool.h, --net-ahead); 0:
-  // every create installs its own.
+  // Namespaces with the egress path made ahead (daemon/service/egress_pool.h, --net-ahead), and
+  // as many sandbox CAs (sandbox_trust.h, in <state_dir>/ca-ahead); 0: every create makes its own.
   size_t netns_ahead = 4;
+  // hutchd's state dir ("": no CAs made ahead).
+  std::string state_dir;
   // The secrets inject rules name (null: none, every rule's secret is unknown).
   std::shared_ptr<SecretStore> secrets;
   // Tests only (HUTCH_TEST_NET=1): upstreams of terminated connections are verified with this
@@ -107,17 +110,27 @@ class NetworkService {
   // hands its fd to the zygote, then passes it to attach().
   std::optional<PreparedEgress> take_prepared() { return pool_.take(); }
   const EgressPool& pool() const { return pool_; }
+  const TrustPool& trust_pool() const { return trust_pool_; }
+
+  // Before a sandbox with egress starts (its spec binds trust_binds(dir)): its CA and placeholder
+  // key, made ahead when one is ready, kept in `dir` (sandbox_trust.h). Goes with the dir.
+  Result<SandboxTrust> provision_trust(const std::string& dir) {
+    return trust_pool_.provision(dir);
+  }
 
   // At create (and for a rollback's new live sandbox): installs the egress path in the sandbox's
   // namespace, binds the listeners there and attaches them to the engine with `policy`, with no
   // names (a fresh kNetworkNames in `dir`). With `prepared` (the namespace the sandbox was
   // started in), its path and listeners are used instead; a sandbox found in another namespace
-  // fails the attach. No-op for a mode without egress.
+  // fails the attach. The sandbox's CA is `trust` (provision_trust's), or else the one kept in
+  // `dir` (a rollback keeps its sandbox's). No-op for a mode without egress.
   Result<void> attach(const std::string& id, const std::string& dir, const LiveSandbox& live,
                       const net::Policy& policy,
-                      std::optional<PreparedEgress> prepared = std::nullopt);
+                      std::optional<PreparedEgress> prepared = std::nullopt,
+                      std::optional<SandboxTrust> trust = std::nullopt);
   // After a hutchd restart: the path is still in the namespace; binds the listeners again and
-  // attaches with `policy` and the names kNetworkNames in `dir` holds.
+  // attaches with `policy`, the names kNetworkNames in `dir` holds and the CA and placeholder
+  // key kept there (the sandbox trusts that CA; its processes hold those placeholders).
   Result<void> reattach(const std::string& id, const std::string& dir, const LiveSandbox& live,
                         const net::Policy& policy);
   // A recipe bake's setup.sh (RecipeService::bake): a namespace made ahead (or now, when none is
@@ -148,7 +161,7 @@ class NetworkService {
  private:
   struct Attached {
     UniqueFd names;  // kNetworkNames, O_APPEND (none for a bake)
-    // Its CA (the private key stays in this process: nothing writes it out) and placeholder key.
+    // Its CA and placeholder key (kept in the sandbox's dir, sandbox_trust.h).
     std::shared_ptr<net::tls::SandboxCa> ca;
     net::PlaceholderKey placeholder_key{};
     std::deque<LoggedDecision> ring;
@@ -158,7 +171,7 @@ class NetworkService {
   NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns);
   Result<void> attach_listeners(const std::string& id, const std::string& dir,
                                 const net::Policy& policy, net::EgressListeners listeners,
-                                bool fresh);  // dir "": no kNetworkNames
+                                bool fresh, SandboxTrust trust);  // dir "": no kNetworkNames
   // The engine's sinks, on its threads.
   void record(const net::ConnectionLog& log);
   void remember_name(const std::string& id, const net::Address& address, const std::string& name);
@@ -170,7 +183,9 @@ class NetworkService {
   mutable std::condition_variable changed_;
   std::map<std::string, Attached> attached_;
   std::unique_ptr<net::Engine> engine_;  // its threads call back into the members above
-  EgressPool pool_;  // last: destroyed first, so its thread has stopped before the rest goes
+  // Last: destroyed first, so their threads have stopped before the rest goes.
+  TrustPool trust_pool_;
+  EgressPool pool_;
 };
 
 }  // namespace hutch::daemon::service

@@ -123,7 +123,7 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
       sandbox->log().add({{"event", "network_error"}, {"error", error}});
       metrics_.count_network_reattach_failure();
     } else {
-      install_trust(*sandbox);  // a new CA: the old one's key died with the previous hutchd
+      install_trust(*sandbox);  // the CA and placeholder key kept in its dir
     }
   }
   // Named temp files of uploads the previous hutchd was killed in (runtime/files/sandbox_fs.h).
@@ -149,6 +149,10 @@ Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config, con
                                                 int netns_fd) const {
   SandboxSpec spec = build_spec(config, state_dir_);
   spec.cgroup_parent = cgroup_parent_;
+  // After the config's own mounts: hutch's trust is what /etc/hutch holds.
+  if (network_ != nullptr && service::uses_engine(config.network)) {
+    for (BindMount& bind : service::trust_binds(dir)) spec.binds.push_back(std::move(bind));
+  }
   auto ref = HUTCH_TRY(zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
                                      dir + "/supervisor.log", kStartTimeout, netns_fd));
   auto live = LiveSandbox::connect(ref);
@@ -172,46 +176,25 @@ void SandboxRegistry::warm_up(const LiveSandbox& live) const {
   }
 }
 
-Result<void> SandboxRegistry::attach_network(
-    const std::string& id, const std::string& dir, const LiveSandbox& live,
-    const net::Policy& policy, std::optional<service::PreparedEgress> prepared) const {
+Result<void> SandboxRegistry::attach_network(const std::string& id, const std::string& dir,
+                                             const LiveSandbox& live, const net::Policy& policy,
+                                             std::optional<service::PreparedEgress> prepared,
+                                             std::optional<service::SandboxTrust> trust) const {
   if (!service::uses_engine(policy)) return {};
   if (network_ == nullptr)
     return kind_error(ErrorKind::kUnsupported, "network",
                       std::string("mode ") + std::string(net::mode_name(policy.mode)) +
                           " needs hutchd's network service");
-  return network_->attach(id, dir, live, policy, std::move(prepared));
+  return network_->attach(id, dir, live, policy, std::move(prepared), std::move(trust));
 }
 
 void SandboxRegistry::install_trust(Sandbox& sandbox) const {
-  if (network_ == nullptr) return;
-  const auto ca = network_->ca_pem(sandbox.id());
-  if (!ca) return;
-  // In the sandbox's own filesystem (the CA's certificate only: its key never leaves hutchd), at
-  // a path of hutch's, so the image's bundle stays as it is; tools find it by the variables.
-  constexpr std::string_view kDir = "/etc/hutch";
-  const std::string bundle_path = std::string(kDir) + "/ca-bundle.pem";
-  const std::string ca_path = std::string(kDir) + "/sandbox-ca.pem";
-  auto bundle = net::tls::build_trust_bundle(*ca);
-  auto fs = sandbox.fs();
-  if (!bundle || !fs) {
-    spdlog::warn("sandbox={} no trust bundle for injection: {}", sandbox.id(),
-                 !bundle ? bundle.error().message() : fs.error().message());
-    return;
-  }
-  if (auto made = fs->mkdir(kDir, true);
-      !made && made.error().code != files::Errc::kAlreadyExists) {
-    spdlog::warn("sandbox={} mkdir {}: {}", sandbox.id(), kDir, made.error().message);
-    return;
-  }
-  for (const auto& [path, text] : {std::pair{bundle_path, *bundle}, std::pair{ca_path, *ca}}) {
-    if (auto written = fs->write_file(path, text, 0644); !written) {
-      spdlog::warn("sandbox={} write {}: {}", sandbox.id(), path, written.error().message);
-      return;
-    }
-  }
+  if (network_ == nullptr || !network_->ca_pem(sandbox.id())) return;
+  // The files are bound into the sandbox at its start (service::trust_binds); tools that do not
+  // read the distro's bundle path find them by these variables.
   std::map<std::string, std::string> env;
-  for (const auto& entry : net::tls::trust_environment(bundle_path, ca_path))
+  for (const auto& entry :
+       net::tls::trust_environment(service::kTrustBundlePath, service::kTrustCaPath))
     env[entry.name] = entry.value;
   // A secret's name is spelled as a variable: OPENAI_API_KEY=<placeholder>, what SDKs read.
   for (const auto& [secret, placeholder] :
@@ -228,6 +211,15 @@ Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool 
   // A record without a ref marks the creation in progress: recover() cleans it up if hutchd
   // dies before the sandbox is recorded.
   auto recorded = write_atomically(dir, pooled ? kPoolRecord : kRecord, creating_record(id));
+  // Its CA before it starts: the spec binds the trust files.
+  std::optional<service::SandboxTrust> trust;
+  if (recorded && network_ != nullptr && service::uses_engine(config.network)) {
+    auto provisioned = network_->provision_trust(dir);
+    if (provisioned)
+      trust.emplace(std::move(*provisioned));
+    else
+      recorded = std::unexpected(provisioned.error());
+  }
   Result<LiveSandbox> started =
       recorded ? start_live(config, dir, netns_fd) : std::unexpected(recorded.error());
   if (!started) {
@@ -251,7 +243,8 @@ Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool 
       return std::unexpected(written.error());
     }
   }
-  return SpawnedSandbox{std::move(id), std::move(dir), std::move(live), config.layer_digests};
+  return SpawnedSandbox{std::move(id), std::move(dir), std::move(live), config.layer_digests,
+                        std::move(trust)};
 }
 
 void SandboxRegistry::discard(SpawnedSandbox& spawned) {
@@ -319,7 +312,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   // Before create returns: the sandbox's first connection already meets its policy.
   const bool made_ahead = prepared.has_value();
   if (auto attached = attach_network(spawned->id, spawned->dir, sandbox->live(), config.network,
-                                     std::move(prepared));
+                                     std::move(prepared), std::move(spawned->trust));
       !attached) {
     if (network_) network_->detach(spawned->id);
     (void)sandbox->live().destroy();

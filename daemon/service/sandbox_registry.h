@@ -130,13 +130,15 @@ class SandboxRegistry {
   Result<LiveSandbox> start_live(const SandboxConfig& config, const std::string& dir,
                                  int netns_fd = -1) const;
   void warm_up(const LiveSandbox& live) const;
-  // The network engine for a new live sandbox (create, rollback) with `policy`.
+  // The network engine for a new live sandbox (create, rollback) with `policy` and `trust` (none:
+  // the CA kept in `dir`).
   Result<void> attach_network(const std::string& id, const std::string& dir,
                               const LiveSandbox& live, const net::Policy& policy,
-                              std::optional<service::PreparedEgress> prepared = std::nullopt) const;
+                              std::optional<service::PreparedEgress> prepared = std::nullopt,
+                              std::optional<service::SandboxTrust> trust = std::nullopt) const;
   void discard(SpawnedSandbox& spawned);
-  // The sandbox's side of credential injection, after its network is attached: the trust
-  // bundle written into it and the variables that name it (Sandbox::network_env).
+  // The sandbox's side of credential injection, after its network is attached: the variables
+  // that name its trust files and its placeholders (Sandbox::network_env).
   void install_trust(Sandbox& sandbox) const;
   // The one teardown sequence: stop_processes(), then unregister, remove the dir, tell the
   // on-destroyed hook, log. Fails only where stop_processes() does, before anything is removed.

@@ -253,6 +253,16 @@ void relay(const std::shared_ptr<SandboxContext>& sandbox, Tcp::socket socket) {
 
 }  // namespace
 
+Result<std::shared_ptr<asio::ssl::context>> SandboxContext::server_tls() {
+  if (!server_tls_) {
+    // h2 and HTTP/1.1; the relay narrows each connection's offers so that both legs agree
+    // (Relay::terminate_tls).
+    auto server = HUTCH_TRY(tls::make_server_context(*ca));
+    server_tls_ = std::make_shared<asio::ssl::context>(server.release());
+  }
+  return server_tls_;
+}
+
 struct Engine::Impl {
   Impl(EngineOptions options_, LogSink log_, NameSink names_)
       : options(std::move(options_)),
@@ -332,10 +342,6 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
       std::make_shared<SandboxContext>(sandbox, asio::make_strand(impl_->io), impl_->options,
                                        impl_->log, impl_->resolver, impl_->gate);
   if (injection) {
-    // h2 and HTTP/1.1 on both sides; the relay narrows each connection's offers so that both
-    // legs agree (Relay::terminate_tls).
-    auto server = HUTCH_TRY(tls::make_server_context(*injection->ca));
-    context->server_tls = std::make_shared<asio::ssl::context>(server.release());
     context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
     context->ca = std::move(injection->ca);
     context->placeholder_key = injection->placeholder_key;

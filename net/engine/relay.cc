@@ -500,7 +500,9 @@ void Relay::terminate_tls() {
         // An upstream whose certificate does not verify is reset, never relayed.
         if (error) return self->finish("TLS handshake upstream: " + error.message(), true);
         const bool h2 = alpn_of(self->upstream_tls_->native_handle()) == "h2";
-        self->client_tls_.emplace(self->client_, *self->sandbox_->server_tls);
+        auto server = self->sandbox_->server_tls();
+        if (!server) return self->finish("TLS server: " + server.error().message(), true);
+        self->client_tls_.emplace(self->client_, **server);
         const std::vector<std::string> offer{h2 ? "h2" : "http/1.1"};
         if (auto offered = tls::offer_alpn(self->client_tls_->native_handle(), offer); !offered)
           return self->finish("TLS with the sandbox: " + offered.error().message(), true);

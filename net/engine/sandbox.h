@@ -54,12 +54,16 @@ struct SandboxContext {
   const std::shared_ptr<Gate> gate;
 
   // Credential injection, set before the listeners start and constant after: the sandbox's CA,
-  // the TLS server that shows its leaves, the TLS client for upstreams, the placeholders' key.
-  // `ca` null: the sandbox has no CA and nothing of it is terminated.
+  // the TLS client for upstreams, the placeholders' key. `ca` null: the sandbox has no CA and
+  // nothing of it is terminated.
   std::shared_ptr<tls::SandboxCa> ca;
-  std::shared_ptr<asio::ssl::context> server_tls;
   std::shared_ptr<asio::ssl::context> upstream_tls;
   PlaceholderKey placeholder_key{};
+
+  // The TLS server that shows the CA's leaves, made by the first connection terminated: an
+  // SSL_CTX costs 0.1-0.6 ms in OpenSSL 3.0 (its algorithm fetches), which a create need not pay
+  // for a sandbox that may never be intercepted. The strand's only.
+  Result<std::shared_ptr<asio::ssl::context>> server_tls();
 
   std::shared_ptr<const Policy> current_policy() const {
     std::lock_guard lock(mutex);
@@ -78,6 +82,7 @@ struct SandboxContext {
 
   // The strand's only.
   std::set<std::shared_ptr<Closable>> open;
+  std::shared_ptr<asio::ssl::context> server_tls_;  // server_tls()
 };
 
 }  // namespace hutch::net

@@ -1,6 +1,7 @@
 #include "net/tls/sandbox_ca.h"
 
 #include <openssl/bn.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
 namespace hutch::net::tls {
@@ -71,19 +72,24 @@ std::string name_constraints(const std::vector<Rule>& permitted) {
 
 }  // namespace
 
-Result<std::unique_ptr<SandboxCa>> SandboxCa::create(const SandboxCaOptions& options) {
-  if (options.validity <= std::chrono::seconds(0)) return invalid("validity must be positive");
+Result<void> SandboxCa::set_options(const SandboxCaOptions& options) {
   if (options.leaf_cache_size == 0) return invalid("leaf_cache_size must be at least 1");
-  std::unique_ptr<SandboxCa> ca(new SandboxCa());
   for (const std::string& text : options.permitted_hosts) {
     auto rule = parse_rule(text);
     if (!rule) return invalid("permitted host \"" + text + "\": " + rule.error().detail);
     if (rule->kind == RuleKind::kCidr || rule->port) {
       return invalid("permitted host \"" + text + "\": a name or *.suffix without a port");
     }
-    ca->permitted_.push_back(std::move(*rule));
+    permitted_.push_back(std::move(*rule));
   }
-  ca->cache_size_ = options.leaf_cache_size;
+  cache_size_ = options.leaf_cache_size;
+  return {};
+}
+
+Result<std::unique_ptr<SandboxCa>> SandboxCa::create(const SandboxCaOptions& options) {
+  if (options.validity <= std::chrono::seconds(0)) return invalid("validity must be positive");
+  std::unique_ptr<SandboxCa> ca(new SandboxCa());
+  HUTCH_TRY(ca->set_options(options));
   ca->key_ = HUTCH_TRY(generate_p256());
   ca->leaf_key_ = HUTCH_TRY(generate_p256());
 
@@ -118,6 +124,38 @@ Result<std::unique_ptr<SandboxCa>> SandboxCa::create(const SandboxCaOptions& opt
   ca->certificate_pem_ = HUTCH_TRY(tls::certificate_pem(cert));
   ca->certificate_ = std::move(certificate);
   return ca;
+}
+
+Result<std::unique_ptr<SandboxCa>> SandboxCa::load(std::string_view certificate_pem,
+                                                   std::string_view key_pem,
+                                                   const SandboxCaOptions& options) {
+  std::unique_ptr<SandboxCa> ca(new SandboxCa());
+  HUTCH_TRY(ca->set_options(options));
+  BioPtr certificate_bio(
+      BIO_new_mem_buf(certificate_pem.data(), static_cast<int>(certificate_pem.size())));
+  if (!certificate_bio) return openssl_error("BIO_new_mem_buf", "sandbox CA certificate");
+  ca->certificate_.reset(PEM_read_bio_X509(certificate_bio.get(), nullptr, nullptr, nullptr));
+  if (!ca->certificate_) return openssl_error("PEM_read_bio_X509", "sandbox CA certificate");
+  BioPtr key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  if (!key_bio) return openssl_error("BIO_new_mem_buf", "sandbox CA key");
+  ca->key_.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (!ca->key_) return openssl_error("PEM_read_bio_PrivateKey", "sandbox CA key");
+  if (X509_check_private_key(ca->certificate_.get(), ca->key_.get()) != 1)
+    return openssl_error("X509_check_private_key", "the key is not the sandbox CA's");
+  if (X509_check_ca(ca->certificate_.get()) == 0)
+    return invalid("the certificate is not a CA's (basicConstraints CA:TRUE, keyCertSign)");
+  ca->leaf_key_ = HUTCH_TRY(generate_p256());
+  ca->certificate_pem_ = HUTCH_TRY(tls::certificate_pem(ca->certificate_.get()));
+  return ca;
+}
+
+Result<void> SandboxCa::write_private_key(int fd) const {
+  BioPtr bio(BIO_new_fd(fd, BIO_NOCLOSE));
+  if (!bio) return openssl_error("BIO_new_fd", "sandbox CA key");
+  if (PEM_write_bio_PrivateKey(bio.get(), key_.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1 ||
+      BIO_flush(bio.get()) != 1)
+    return openssl_error("PEM_write_bio_PrivateKey", "sandbox CA key");
+  return {};
 }
 
 Result<std::shared_ptr<const Leaf>> SandboxCa::leaf_for(std::string_view sni) {

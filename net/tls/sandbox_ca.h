@@ -4,9 +4,9 @@
 // when hosts are given, name constraints that permit only those hosts (and exclude every IP
 // address), so a client that honours RFC 5280 constraints trusts it for nothing else.
 //
-// The private key never leaves the object: there is no export, the engine holds the object and
-// only the certificate (PEM) goes into the sandbox's trust bundle. Nothing persists it: a new
-// CA is made whenever the engine (re)starts a sandbox's TLS side.
+// The private key leaves the object only through write_private_key, to a file its owner opened
+// (hutchd: in its state dir, mode 0600, so that a restarted hutchd loads the same CA for a
+// sandbox that already trusts it); only the certificate (PEM) goes into the sandbox's trust.
 //
 // Leaves are minted on demand for a host name (leaf_for) and kept in a bounded LRU cache. All
 // leaves of one CA share one P-256 key made with the CA: minting is then one signature, and the
@@ -50,6 +50,13 @@ struct Leaf {
 class SandboxCa {
  public:
   static Result<std::unique_ptr<SandboxCa>> create(const SandboxCaOptions& options);
+  // A CA create() made before, from its certificate and write_private_key's PEM: the key must be
+  // the certificate's, the certificate a CA's. options.permitted_hosts and leaf_cache_size
+  // apply (give the hosts it was made with); label and validity are the certificate's. Leaves
+  // get a new shared key.
+  static Result<std::unique_ptr<SandboxCa>> load(std::string_view certificate_pem,
+                                                 std::string_view key_pem,
+                                                 const SandboxCaOptions& options);
 
   SandboxCa(const SandboxCa&) = delete;
   SandboxCa& operator=(const SandboxCa&) = delete;
@@ -57,6 +64,9 @@ class SandboxCa {
   // The certificate in PEM, for the sandbox's trust bundle and NODE_EXTRA_CA_CERTS.
   const std::string& certificate_pem() const { return certificate_pem_; }
   X509* certificate() const { return certificate_.get(); }
+  // The CA's private key as unencrypted PKCS#8 PEM, written to `fd` (its owner chose where, and
+  // who may read it). Nothing else exports it.
+  Result<void> write_private_key(int fd) const;
 
   // The leaf for `sni` (normalised as policy.h's normalize_name; IP literals, wildcards, empty
   // and over-long names refused, and names outside permitted_hosts when given), from the cache
@@ -67,6 +77,7 @@ class SandboxCa {
 
  private:
   SandboxCa() = default;
+  Result<void> set_options(const SandboxCaOptions& options);
   Result<std::shared_ptr<const Leaf>> mint(const std::string& name) const;
 
   EvpPkeyPtr key_;

@@ -146,24 +146,100 @@ int create_target(int root_fd, const char* path, bool directory) {
   return open_beneath(root_fd, path, O_PATH);
 }
 
-bool bind_host(int root_fd, const char* source, const char* target, bool read_only,
-               unsigned long long attrs, ChildError* error) {
-  char host_path[PATH_MAX] = "";
-  append_cstr(host_path, sizeof host_path, kHostRoot);
-  append_cstr(host_path, sizeof host_path, source);
-  Fd tree(open_tree(AT_FDCWD, host_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
-  if (tree.fd < 0) return fail(error, "open_tree", source);
+// The regular file the rootfs has at `path`, for a bind over an existing file only: symlinks
+// are followed inside the root (Alpine's /etc/ssl/cert.pem is one), never onto another mount
+// (RESOLVE_NO_XDEV: /proc, /dev, an earlier bind). -1 with errno 0 when there is none.
+int existing_file_beneath(int root_fd, const char* path) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  while (*path == '/') ++path;
+  int fd = static_cast<int>(syscall(SYS_openat2, root_fd, path, &how, sizeof how));
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP || errno == EXDEV) errno = 0;
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    errno = 0;
+    return -1;
+  }
+  return fd;
+}
+
+// Attaches `tree` (a detached clone) at `target` with the attributes asked for; `mount_point`
+// is its target already opened, or -1 to open (or create) it.
+bool attach_tree(int root_fd, int tree, int mount_point, const char* what, const char* target,
+                 bool read_only, unsigned long long attrs, ChildError* error) {
   mount_attr attr{};
   attr.attr_set = attrs | (read_only ? MOUNT_ATTR_RDONLY : 0);
   if (attr.attr_set != 0 &&
-      mount_setattr(tree.fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
-    return fail(error, "mount_setattr(bind attrs)", source);
+      mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0) {
+    return fail(error, "mount_setattr(bind attrs)", what);
   }
-  struct stat st;
-  if (fstat(tree.fd, &st) != 0) return fail(error, "fstat", source);
-  Fd mount_point(create_target(root_fd, target, S_ISDIR(st.st_mode)));
-  if (mount_point.fd < 0) return fail(error, "create bind target", target);
-  return attach(tree.fd, mount_point.fd, target, error);
+  Fd opened(-1);
+  if (mount_point < 0) {
+    struct stat st;
+    if (fstat(tree, &st) != 0) return fail(error, "fstat", what);
+    opened.fd = create_target(root_fd, target, S_ISDIR(st.st_mode));
+    if (opened.fd < 0) return fail(error, "create bind target", target);
+    mount_point = opened.fd;
+  }
+  return attach(tree, mount_point, target, error);
+}
+
+// A detached clone of the host's `source`, through the host's root kept at /oldroot.
+int open_host_tree(const char* source) {
+  char host_path[PATH_MAX] = "";
+  append_cstr(host_path, sizeof host_path, kHostRoot);
+  append_cstr(host_path, sizeof host_path, source);
+  return open_tree(AT_FDCWD, host_path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+}
+
+bool bind_host(int root_fd, const char* source, const char* target, bool read_only,
+               unsigned long long attrs, ChildError* error) {
+  Fd tree(open_host_tree(source));
+  if (tree.fd < 0) return fail(error, "open_tree", source);
+  return attach_tree(root_fd, tree.fd, -1, source, target, read_only, attrs, error);
+}
+
+// A plan's bind, from wherever its source is (BindFrom).
+bool bind_op(int root_fd, const MountOp& op, ChildError* error) {
+  const char* target = op.path.c_str();
+  Fd mount_point(-1);
+  if (op.existing_file_only) {
+    // Looked up first: no tree is cloned for a file the rootfs does not have.
+    mount_point.fd = existing_file_beneath(root_fd, target);
+    if (mount_point.fd < 0) return errno == 0 ? true : fail(error, "openat2(in root)", target);
+  }
+  Fd tree(-1);
+  switch (op.from) {
+    case BindFrom::kHost:
+      tree.fd = open_host_tree(op.source.c_str());
+      break;
+    case BindFrom::kLauncher:
+      // The child's copy of the launcher's fd: closing it once attached leaves the mount.
+      tree.fd = op.source_fd;
+      if (tree.fd < 0) return fail(error, "bind", "no tree from the launcher", EBADF);
+      break;
+    case BindFrom::kSandbox: {
+      Fd source(open_beneath(root_fd, op.source.c_str(), O_PATH));
+      if (source.fd < 0) return fail(error, "openat2(no symlinks)", op.source.c_str());
+      tree.fd = open_tree(source.fd, "",
+                          OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+      break;
+    }
+  }
+  if (tree.fd < 0) return fail(error, "open_tree", op.source.c_str());
+  return attach_tree(root_fd, tree.fd, mount_point.fd, op.source.c_str(), target, op.read_only,
+                     op.attrs, error);
 }
 
 bool make_read_only(int root_fd, const MountOp& op, ChildError* error) {
@@ -211,7 +287,7 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
       return mount_fs(root_fd, op.path.c_str(), op.fstype.c_str(), op.options, op.attrs, false,
                       error);
     case MountOp::Kind::kBind:
-      return bind_host(root_fd, op.source.c_str(), op.path.c_str(), op.read_only, op.attrs, error);
+      return bind_op(root_fd, op, error);
     case MountOp::Kind::kMaskFile: {
       Fd exists(open_beneath(root_fd, op.path.c_str(), O_PATH));
       if (exists.fd < 0)

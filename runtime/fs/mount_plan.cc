@@ -135,10 +135,14 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
     if (!is_normal_absolute(bind.source)) {
       return plain_error("bind", "source \"" + bind.source + "\" is not canonical");
     }
-    ops.push_back(mkdir_op(parent_path(bind.target), 0755));
+    // Over an existing file only: nothing of its path may be created (the upper layer, and so
+    // the sandbox's snapshots, would keep directories its rootfs never had).
+    if (!bind.existing_file_only) ops.push_back(mkdir_op(parent_path(bind.target), 0755));
     MountOp step = op(MountOp::Kind::kBind, bind.target);
     step.source = bind.source;
     step.read_only = bind.read_only;
+    step.from = bind.from;
+    step.existing_file_only = bind.existing_file_only;
     // A host directory is data: no set-id binaries or device nodes of the host's take effect.
     step.attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     ops.push_back(std::move(step));

@@ -17,9 +17,9 @@ namespace hutch {
 // its root without following any symlink, so a hostile rootfs cannot redirect a mount.
 struct MountOp {
   enum class Kind {
-    kMkdir,    // mkdir -p path (mode); a created last component is chowned to uid:gid
-    kMountFs,  // a new filesystem of fstype at path, with options and MOUNT_ATTR_* attrs
-    kBind,     // host source (canonical) at path, recursively, with attrs; read-only when read_only
+    kMkdir,      // mkdir -p path (mode); a created last component is chowned to uid:gid
+    kMountFs,    // a new filesystem of fstype at path, with options and MOUNT_ATTR_* attrs
+    kBind,       // source (BindFrom) at path, recursively, with attrs; read-only when read_only
     kMaskFile,   // /dev/null over path, when path exists
     kMaskDir,    // an empty read-only tmpfs over path, when path exists
     kReadOnly,   // path and everything below it read-only, when path exists
@@ -36,6 +36,11 @@ struct MountOp {
   uid_t uid = 0;
   gid_t gid = 0;
   bool read_only = true;
+  BindFrom from = BindFrom::kHost;  // kBind
+  bool existing_file_only = false;  // kBind: over a regular file the rootfs has, else skipped
+  // kBind with BindFrom::kLauncher: the detached tree the launcher opened (launch.cc), inherited
+  // by the child through clone3.
+  int source_fd = -1;
 };
 
 struct MountPlan {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +161,22 @@ class InjectDaemon : public ::testing::Test {
                                  "HUTCH_TEST_ENV_SECRET"});
     ASSERT_TRUE(daemon_->start()) << daemon_->log();
   }
+  // As recovery_test.cc does: hutchd killed (its sandboxes stay), and the next one re-adopts them.
+  void restart_after_kill() {
+    daemon_->stop(SIGKILL);
+    ::setenv("HUTCH_TEST_ENV_SECRET", std::string(kEnvSecret).c_str(), 1);  // it unset it
+    start();
+  }
+  std::string placeholder_of(const std::string& id) {
+    auto network = daemon_->get("/v1/sandboxes/" + id + "/network");
+    EXPECT_EQ(network.status, 200) << network.raw;
+    return network.body["placeholders"].value("OPENAI_API_KEY", "");
+  }
+  std::string ca_of(const std::string& id) {
+    auto network = daemon_->get("/v1/sandboxes/" + id + "/network");
+    EXPECT_EQ(network.status, 200) << network.raw;
+    return network.body.value("ca_pem", "");
+  }
 
   std::string run(const std::string& id, const std::string& command) {
     auto reply = daemon_->post("/v1/sandboxes/" + id + "/exec",
@@ -244,6 +261,102 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
   EXPECT_NE(second_network.body["placeholders"]["OPENAI_API_KEY"], placeholder);
   // The sandbox's own environment and files hold no secret.
   EXPECT_EQ(run(id, "env; cat /etc/hutch/*").find(kSecret), std::string::npos);
+}
+
+// Tools that read only the distro's bundle path (curl without CURL_CA_BUNDLE, OpenSSL's default
+// file through Python's default context) trust the sandbox's CA with no variable at all: hutchd
+// binds the bundle read-only over /etc/ssl/certs/ca-certificates.crt. A snapshot and a sandbox
+// made from it hold no CA; a fork has its own.
+TEST_F(InjectDaemon, TheDistroBundleTrustsTheSandboxCaWithNoVariable) {
+  start();
+  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  const std::string ca = ca_of(id);
+  const std::string placeholder = placeholder_of(id);
+  ASSERT_FALSE(ca.empty());
+  EXPECT_EQ(run(id, "env -i /usr/bin/curl -sS --max-time 10 -H 'Authorization: Bearer " +
+                        placeholder + "' https://api.test/v1/chat"),
+            "ok");
+  EXPECT_EQ(run(id,
+                "env -i /usr/bin/python3 -c 'import urllib.request; print(urllib.request."
+                "urlopen(\"https://api.test/v1/models\", timeout=10).read().decode())'"),
+            "ok\n");
+  // The rule sets the header whether or not the request sent the placeholder.
+  EXPECT_EQ(upstream_->requests(), "/v1/chat Bearer " + std::string(kSecret) +
+                                       "\n/v1/models Bearer " + std::string(kSecret) + "\n");
+  EXPECT_NE(run(id, "cat /etc/ssl/certs/ca-certificates.crt").find(ca), std::string::npos);
+  const std::string mounts = run(id, "cat /proc/self/mountinfo");
+  EXPECT_NE(mounts.find(" /etc/ssl/certs/ca-certificates.crt ro,"), std::string::npos) << mounts;
+  EXPECT_NE(mounts.find(" /etc/hutch ro,"), std::string::npos) << mounts;
+  // Its root can neither write the files nor take the mounts away (seccomp refuses umount2; were
+  // it allowed, the rootfs's own file would show, and the host's file stays host root's, 0644).
+  EXPECT_EQ(run(id,
+                "echo x >> /etc/ssl/certs/ca-certificates.crt 2>/dev/null && echo wrote || "
+                "echo refused"),
+            "refused\n");
+  EXPECT_NE(run(id,
+                "umount /etc/hutch; umount -l /etc/ssl/certs/ca-certificates.crt; "
+                "cat /etc/hutch/sandbox-ca.pem")
+                .find(ca),
+            std::string::npos);
+  // hutchd keeps the key in its state, for it alone.
+  const std::string kept = daemon_->state_dir() + "/sandboxes/" + id + "/ca";
+  struct stat st {};
+  ASSERT_EQ(::stat((kept + "/key.pem").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  ASSERT_EQ(::stat(kept.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(run(id, "grep -rl 'PRIVATE KEY' /etc /root /tmp 2>/dev/null"), "");
+
+  auto snapshot = daemon_->post("/v1/sandboxes/" + id + "/snapshot", {{"name", "trusting"}});
+  ASSERT_EQ(snapshot.status, 201) << snapshot.raw;
+  auto plain = daemon_->post("/v1/sandboxes", {{"recipe", "trusting"}, {"network", "loopback"}});
+  ASSERT_EQ(plain.status, 201) << plain.raw;
+  const std::string plain_id = plain.body["id"];
+  EXPECT_EQ(run(plain_id, "ls -A /etc/hutch"), "") << "the empty mount point only";
+  EXPECT_EQ(run(plain_id, "cat /etc/ssl/certs/ca-certificates.crt"),
+            read_file_or_empty("/etc/ssl/certs/ca-certificates.crt"))
+      << "the image's own bundle";
+  EXPECT_EQ(run(plain_id, "grep -rl 'hutch sandbox CA' /etc /root 2>/dev/null"), "");
+
+  auto forked = daemon_->post("/v1/sandboxes/" + id + "/fork", {{"count", 1}});
+  ASSERT_EQ(forked.status, 201) << forked.raw;
+  const std::string fork_id = forked.body["sandboxes"][0]["id"];
+  const std::string fork_ca = ca_of(fork_id);
+  EXPECT_NE(fork_ca, ca);
+  const std::string fork_bundle = run(fork_id, "cat /etc/ssl/certs/ca-certificates.crt");
+  EXPECT_NE(fork_bundle.find(fork_ca), std::string::npos);
+  EXPECT_EQ(fork_bundle.find(ca), std::string::npos);
+}
+
+// A restarted hutchd loads each sandbox's CA and placeholder key back from its state: the
+// sandbox keeps trusting the CA it was given and its processes' placeholders still work.
+TEST_F(InjectDaemon, ARestartedHutchdKeepsTheSandboxsCaAndPlaceholders) {
+  start();
+  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  const std::string id = created.body["id"];
+  const std::string ca = ca_of(id);
+  const std::string placeholder = placeholder_of(id);
+  ASSERT_FALSE(ca.empty());
+  ASSERT_FALSE(placeholder.empty());
+
+  restart_after_kill();
+  EXPECT_EQ(daemon_->get("/v1/health").body["recovered"]["adopted"], 1);
+  EXPECT_EQ(ca_of(id), ca);
+  EXPECT_EQ(placeholder_of(id), placeholder);
+  EXPECT_EQ(run(id, "cat /etc/hutch/sandbox-ca.pem"), ca);
+  EXPECT_NE(run(id, "env").find("OPENAI_API_KEY=" + placeholder + "\n"), std::string::npos);
+  EXPECT_EQ(run(id, "env -i /usr/bin/curl -sS --max-time 10 -H 'Authorization: Bearer " +
+                        placeholder + "' https://api.test/v1/chat"),
+            "ok");
+  EXPECT_EQ(upstream_->requests(), "/v1/chat Bearer " + std::string(kSecret) + "\n");
+
+  const std::string dir = daemon_->state_dir() + "/sandboxes/" + id;
+  EXPECT_EQ(daemon_->del("/v1/sandboxes/" + id + "?wait=true").status, 204);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the kept CA goes with the sandbox";
 }
 
 TEST_F(InjectDaemon, SecretsRoutesAreWriteOnlyAndRefuseHostileInput) {

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -76,6 +77,87 @@ TEST(NetworkServiceTest, AnUnopenableUpstreamNamespaceIsAStartupError) {
   auto service = NetworkService::create(options, metrics);
   ASSERT_FALSE(service);
   EXPECT_NE(service.error().message().find("/nonexistent/ns/net"), std::string::npos);
+}
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// What hutchd keeps of a sandbox's CA: modes that keep the key to hutchd, and the same CA and
+// placeholders loaded back (as after a restart).
+TEST(SandboxTrustTest, AKeptTrustDirLoadsBackTheSameCaAndPlaceholders) {
+  HUTCH_REQUIRE(::access(net::tls::kHostRootsPath.data(), R_OK) == 0,
+                "needs the host's CA bundle (ca-certificates)");
+  TempDir sandbox;
+  const std::string dir = sandbox.path() + "/" + std::string(kTrustDir);
+  auto made = make_trust_dir(dir);
+  ASSERT_TRUE(made) << made.error().message();
+  EXPECT_EQ(mode_of(dir), 0700u);
+  EXPECT_EQ(mode_of(dir + "/key.pem"), 0600u);
+  EXPECT_EQ(mode_of(dir + "/placeholder.key"), 0600u);
+  EXPECT_EQ(mode_of(dir + "/public"), 0755u);
+  EXPECT_EQ(mode_of(dir + "/public/sandbox-ca.pem"), 0644u);
+  EXPECT_EQ(mode_of(dir + "/public/ca-bundle.pem"), 0644u);
+  EXPECT_EQ(read_file(dir + "/public/sandbox-ca.pem"), made->ca->certificate_pem());
+  const std::string bundle = read_file(dir + "/public/ca-bundle.pem");
+  EXPECT_TRUE(bundle.starts_with(read_file(std::string(net::tls::kHostRootsPath))));
+  EXPECT_TRUE(bundle.ends_with(made->ca->certificate_pem()));
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir + "/public"))
+    EXPECT_EQ(read_file(entry.path()).find("PRIVATE KEY"), std::string::npos) << entry.path();
+
+  auto loaded = load_trust(sandbox.path());
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(loaded->ca->certificate_pem(), made->ca->certificate_pem());
+  EXPECT_EQ(net::placeholder_for(loaded->placeholder_key, "OPENAI_API_KEY"),
+            net::placeholder_for(made->placeholder_key, "OPENAI_API_KEY"));
+
+  EXPECT_FALSE(make_trust_dir(dir)) << "never over an existing one";
+  TempDir empty;
+  auto none = load_trust(empty.path());
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().kind, ErrorKind::kNotFound);
+  // A key that is not the certificate's: refused, not a CA that the sandbox does not trust.
+  TempDir other;
+  ASSERT_TRUE(make_trust_dir(other.path() + "/ca"));
+  std::filesystem::copy_file(other.path() + "/ca/key.pem", dir + "/key.pem",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_FALSE(load_trust(sandbox.path()));
+}
+
+// CAs made ahead: a previous hutchd's leftovers go, each one is handed out once (renamed into the
+// sandbox's dir, with the empty files made with it), and what the pool holds at its end goes
+// with it.
+TEST(SandboxTrustTest, APoolHandsOutEachCaOnceAndLeavesNothing) {
+  HUTCH_REQUIRE(::access(net::tls::kHostRootsPath.data(), R_OK) == 0,
+                "needs the host's CA bundle (ca-certificates)");
+  TempDir state;
+  const std::string ahead = state.path() + "/ca-ahead";
+  std::filesystem::create_directories(ahead + "/7/public");
+  std::string first_ca;
+  {
+    TrustPool pool(ahead, 2, {std::string(kNetworkNames)});
+    EXPECT_FALSE(std::filesystem::exists(ahead + "/7")) << "a previous hutchd's leftover";
+    ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "2 CAs made ahead"));
+    std::vector<std::string> pems;
+    for (const char* name : {"a", "b", "c"}) {
+      const std::string sandbox = state.path() + "/" + name;
+      ASSERT_EQ(::mkdir(sandbox.c_str(), 0700), 0);
+      ASSERT_TRUE(testing::wait_until([&] { return pool.ready() >= 1; }, 10s, "a CA made ahead"));
+      auto trust = pool.provision(sandbox);
+      ASSERT_TRUE(trust) << trust.error().message();
+      EXPECT_EQ(read_file(sandbox + "/ca/public/sandbox-ca.pem"), trust->ca->certificate_pem());
+      EXPECT_TRUE(std::filesystem::is_regular_file(sandbox + "/" + kNetworkNames)) << name;
+      EXPECT_EQ(mode_of(sandbox + "/" + kNetworkNames), 0600u) << name;
+      pems.push_back(trust->ca->certificate_pem());
+    }
+    EXPECT_NE(pems[0], pems[1]);
+    EXPECT_NE(pems[1], pems[2]);
+    EXPECT_NE(pems[0], pems[2]);
+    ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "the refill"));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(ahead)) << "the pool's CAs go with it";
 }
 
 class NetworkRegistryTest : public ::testing::Test {
@@ -180,6 +262,69 @@ TEST_F(NetworkRegistryTest, PolicyChangesPersistAndModeChangesAreRefused) {
   EXPECT_EQ(refused.error().code, "network_mode_fixed");
   ASSERT_TRUE(registry_->set_network_policy(*sandbox, policy_of(net::Mode::kOpen)));
   EXPECT_NE(run(*sandbox, "dig +short +time=3 +tries=1 api.test"), "");
+}
+
+// An Alpine-like rootfs (its bundle at /etc/ssl/certs/ca-certificates.crt, /etc/ssl/cert.pem a
+// relative symlink to it, no /etc/pki): the sandbox reads hutch's bundle through both, and its CA
+// at /etc/hutch, all read-only mounts; its upper layer (what a snapshot, recipe or fork takes)
+// holds no certificate and no directory its image did not have but /etc/hutch, the empty mount
+// point.
+TEST_F(NetworkRegistryTest, TheTrustIsBoundOverTheRootfsBundleAndNeverWrittenIntoIt) {
+  HUTCH_REQUIRE(::access("/bin/busybox", X_OK) == 0, "needs /bin/busybox (busybox-static)");
+  TempDir rootfs;
+  namespace fs = std::filesystem;
+  fs::create_directories(rootfs.path() + "/bin");
+  fs::copy_file("/bin/busybox", rootfs.path() + "/bin/busybox");
+  for (const char* applet : {"sh", "cat", "readlink", "ls", "grep", "echo", "test"})
+    fs::create_symlink("busybox", rootfs.path() + "/bin/" + applet);
+  fs::create_directories(rootfs.path() + "/etc/ssl/certs");
+  std::ofstream(rootfs.path() + "/etc/ssl/certs/ca-certificates.crt") << "image roots\n";
+  fs::create_symlink("certs/ca-certificates.crt", rootfs.path() + "/etc/ssl/cert.pem");
+  SandboxConfig config;
+  config.rootfs = rootfs.path();
+  config.network = policy_of(net::Mode::kFiltered);
+  auto created = registry_->create(config, "test");
+  ASSERT_TRUE(created) << created.error().message;
+  const Sandbox& sandbox = **created;
+  const auto ca = network_->ca_pem(sandbox.id());
+  ASSERT_TRUE(ca);
+  const std::string bundle = read_file(sandbox.dir() + "/ca/public/ca-bundle.pem");
+  ASSERT_TRUE(bundle.ends_with(*ca));
+
+  EXPECT_EQ(run(sandbox, "cat /etc/ssl/certs/ca-certificates.crt"), bundle);
+  EXPECT_EQ(run(sandbox, "cat /etc/ssl/cert.pem"), bundle);
+  EXPECT_EQ(run(sandbox, "readlink /etc/ssl/cert.pem"), "certs/ca-certificates.crt\n");
+  EXPECT_EQ(run(sandbox, "cat /etc/hutch/sandbox-ca.pem"), *ca);
+  EXPECT_EQ(run(sandbox, "cat /etc/hutch/ca-bundle.pem"), bundle);
+  EXPECT_EQ(run(sandbox, "ls -A /etc/hutch"), "ca-bundle.pem\nsandbox-ca.pem\n")
+      << "no key beside them";
+  EXPECT_EQ(run(sandbox, "test -e /etc/pki && echo made || echo absent"), "absent\n");
+  const std::string mounts = run(sandbox, "cat /proc/self/mountinfo");
+  for (const char* point : {" /etc/hutch ro,", " /etc/ssl/certs/ca-certificates.crt ro,"})
+    EXPECT_NE(mounts.find(point), std::string::npos) << point << " in\n" << mounts;
+  EXPECT_EQ(mounts.find(" /etc/ssl/cert.pem "), std::string::npos) << "the symlink's file is one";
+  for (const char* path :
+       {"/etc/ssl/certs/ca-certificates.crt", "/etc/hutch/sandbox-ca.pem", "/etc/hutch/new"}) {
+    EXPECT_EQ(run(sandbox, std::string("echo x >> ") + path +
+                               " 2>/dev/null && echo wrote || "
+                               "echo refused"),
+              "refused\n")
+        << path;
+  }
+
+  EXPECT_EQ(read_file(rootfs.path() + "/etc/ssl/certs/ca-certificates.crt"), "image roots\n");
+  TempDir snapshot;
+  const std::string upper = snapshot.path() + "/upper";
+  auto taken = sandbox.live().snapshot(upper);
+  ASSERT_TRUE(taken) << taken.error().message();
+  EXPECT_TRUE(fs::is_directory(upper + "/etc/hutch"));
+  EXPECT_TRUE(fs::is_empty(upper + "/etc/hutch"));
+  EXPECT_FALSE(fs::exists(upper + "/etc/ssl")) << "nothing of the image's bundle copied up";
+  EXPECT_FALSE(fs::exists(upper + "/etc/pki"));
+  for (const auto& entry : fs::recursive_directory_iterator(upper)) {
+    if (!entry.is_regular_file()) continue;
+    EXPECT_EQ(read_file(entry.path()).find("CERTIFICATE"), std::string::npos) << entry.path();
+  }
 }
 
 TEST_F(NetworkRegistryTest, WithoutTheServiceAFilteredCreateIsRefused) {

@@ -22,7 +22,9 @@ SandboxSpec unusual_spec() {
   spec.workdir = "/work";
   spec.hostname = "wired";
   spec.net = NetMode::kNone;
-  spec.binds = {{"/srv/data", "/data", false}, {"/srv/ro", "/ro", true}};
+  spec.binds = {{"/srv/data", "/data", false},
+                {"/srv/ro", "/ro", true, BindFrom::kLauncher},
+                {"/ro/bundle.pem", "/etc/ssl/cert.pem", true, BindFrom::kSandbox, true}};
   spec.uid = 1000;
   spec.gid = 1001;
   spec.ids = {2'000'000'000, 131072};
@@ -42,9 +44,11 @@ bool same_binds(const std::vector<BindMount>& a, const std::vector<BindMount>& b
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     // Field by field through a binding: a field added to BindMount breaks the compile here.
-    const auto& [a_source, a_target, a_read_only] = a[i];
-    const auto& [b_source, b_target, b_read_only] = b[i];
-    if (a_source != b_source || a_target != b_target || a_read_only != b_read_only) return false;
+    const auto& [a_source, a_target, a_read_only, a_from, a_existing] = a[i];
+    const auto& [b_source, b_target, b_read_only, b_from, b_existing] = b[i];
+    if (a_source != b_source || a_target != b_target || a_read_only != b_read_only ||
+        a_from != b_from || a_existing != b_existing)
+      return false;
   }
   return true;
 }

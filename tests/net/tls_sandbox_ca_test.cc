@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -217,6 +219,55 @@ TEST(SandboxCa, NameConstraintsPermitOnlyTheInjectedHosts) {
   auto evil = unconstrained->leaf_for("evil.com");
   ASSERT_TRUE(evil);
   EXPECT_NE(verify(*ca, (*evil)->certificate.get(), "evil.com"), X509_V_OK);
+}
+
+// The key as write_private_key puts it in a file (a memfd here).
+std::string private_key_pem(const SandboxCa& ca) {
+  const int fd = ::memfd_create("ca-key", MFD_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  auto written = ca.write_private_key(fd);
+  EXPECT_TRUE(written) << written.error().message();
+  std::string pem(static_cast<size_t>(::lseek(fd, 0, SEEK_END)), '\0');
+  EXPECT_EQ(::pread(fd, pem.data(), pem.size(), 0), static_cast<ssize_t>(pem.size()));
+  ::close(fd);
+  return pem;
+}
+
+// What hutchd keeps across a restart: the certificate and the key load back as the same CA,
+// whose new leaves verify against the certificate the sandbox already trusts.
+TEST(SandboxCa, LoadsBackFromItsCertificateAndKey) {
+  auto ca = make_ca({.label = "kept"});
+  ASSERT_TRUE(ca);
+  const std::string key = private_key_pem(*ca);
+  EXPECT_TRUE(key.starts_with("-----BEGIN PRIVATE KEY-----\n")) << "PKCS#8";
+  auto loaded = SandboxCa::load(ca->certificate_pem(), key, {});
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ((*loaded)->certificate_pem(), ca->certificate_pem());
+  auto leaf = (*loaded)->leaf_for("api.example.com");
+  ASSERT_TRUE(leaf) << leaf.error().message();
+  EXPECT_EQ(verify(*ca, (*leaf)->certificate.get(), "api.example.com"), X509_V_OK);
+  EXPECT_EQ(private_key_pem(**loaded), key);
+
+  // Another CA's key, a key that is not PEM, a certificate that is no CA's: refused.
+  auto other = make_ca();
+  ASSERT_TRUE(other);
+  auto mismatched = SandboxCa::load(ca->certificate_pem(), private_key_pem(*other), {});
+  ASSERT_FALSE(mismatched);
+  EXPECT_NE(mismatched.error().message().find("X509_check_private_key"), std::string::npos)
+      << mismatched.error().message();
+  EXPECT_FALSE(SandboxCa::load(ca->certificate_pem(), "not a key", {}));
+  EXPECT_FALSE(SandboxCa::load("not a certificate", key, {}));
+  BioPtr leaf_key(BIO_new(BIO_s_mem()));
+  ASSERT_EQ(PEM_write_bio_PrivateKey(leaf_key.get(), (*leaf)->key.get(), nullptr, nullptr, 0,
+                                     nullptr, nullptr),
+            1);
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(leaf_key.get(), &data);
+  auto not_ca = SandboxCa::load(certificate_pem((*leaf)->certificate.get()).value(),
+                                std::string(data, static_cast<size_t>(size)), {});
+  ASSERT_FALSE(not_ca);
+  EXPECT_NE(not_ca.error().message().find("not a CA"), std::string::npos)
+      << not_ca.error().message();
 }
 
 TEST(SandboxCa, BadOptionsAreRefused) {

@@ -252,6 +252,32 @@ TEST(MountPlan, BindsKeepOrderAndReadOnlyAfterTheirParentDirs) {
             index_of(plan, Kind::kBind, "/etc/app.conf"));
 }
 
+// hutchd's trust files: a directory the launcher opens, then a file of it bound over the rootfs's
+// own bundle files, for which nothing is created (their parents neither).
+TEST(MountPlan, BindsOverExistingFilesCreateNothingAndKeepTheirSource) {
+  SandboxSpec spec = make_spec();
+  spec.binds = {{"/state/ca/public", "/etc/hutch", true, BindFrom::kLauncher},
+                {"/etc/hutch/ca-bundle.pem", "/etc/pki/tls/certs/ca-bundle.crt", true,
+                 BindFrom::kSandbox, true}};
+  MountPlan plan = build_ok(spec);
+  const MountOp* dir = find_op(plan, Kind::kBind, "/etc/hutch");
+  ASSERT_TRUE(dir);
+  EXPECT_EQ(dir->from, BindFrom::kLauncher);
+  EXPECT_FALSE(dir->existing_file_only);
+  EXPECT_EQ(dir->source_fd, -1) << "the launcher sets it, not the plan";
+  const MountOp* file = find_op(plan, Kind::kBind, "/etc/pki/tls/certs/ca-bundle.crt");
+  ASSERT_TRUE(file);
+  EXPECT_EQ(file->from, BindFrom::kSandbox);
+  EXPECT_EQ(file->source, "/etc/hutch/ca-bundle.pem");
+  EXPECT_TRUE(file->existing_file_only);
+  EXPECT_TRUE(file->read_only);
+  for (const MountOp& op : plan.ops) {
+    EXPECT_FALSE(op.kind == Kind::kMkdir && op.path.starts_with("/etc/pki")) << op.path;
+  }
+  EXPECT_LT(index_of(plan, Kind::kBind, "/etc/hutch"),
+            index_of(plan, Kind::kBind, "/etc/pki/tls/certs/ca-bundle.crt"));
+}
+
 TEST(MountPlan, RejectsBindTargetsOutsideTheNormalTree) {
   for (const char* target : {"/", "", "data", "./data", "/a/../b", "/..", "/a/", "//a"}) {
     SandboxSpec spec = make_spec();
