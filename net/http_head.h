@@ -37,6 +37,10 @@ struct HttpHead {
 // request with no host at all, userinfo ("user@host") in an authority.
 HttpHead parse_http_head(std::span<const uint8_t> bytes);
 
+// The answer to a head or framing that cannot be read safely; the connection then closes.
+inline constexpr std::string_view kBadRequestResponse =
+    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
 // "HTTP/1.1 403 Forbidden" with Connection: close and a JSON body
 // {"error":"network_denied","host":...,"port":...,"rule":...,"reason":...} (strings escaped).
 std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,
