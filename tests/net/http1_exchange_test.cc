@@ -654,6 +654,31 @@ TEST_F(Http1Exchange, ChunkedUploadToAnInjectedHostArrivesByteExactWithTheSecret
   EXPECT_NE(log->reason.find("injected Authorization"), std::string::npos);
 }
 
+// The same with a real client: curl streams a file as a chunked upload (its chunk sizes, its
+// framing) through terminated TLS.
+TEST_F(Http1Exchange, CurlsChunkedUploadThroughTerminatedTlsArrivesWhole) {
+  for (const char* tool : {"/usr/bin/nsenter", "/usr/bin/curl"})
+    HUTCH_REQUIRE(access(tool, X_OK) == 0, std::string(tool) + " is not installed");
+  std::mt19937 random(7);
+  std::string data(1 << 20, '\0');
+  for (char& c : data) c = static_cast<char>(random());
+  const std::string file = dir_.path() + "/upload.bin";
+  std::ofstream(file, std::ios::binary) << data;
+  const auto got = testing::run_command(
+      {"/usr/bin/nsenter",
+       "--net=/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(sandbox_ns_.get()), "--",
+       "/usr/bin/curl", "-sS", "--max-time", "20", "--http1.1", "--cacert", sandbox_ca_path_,
+       "--resolve", "api.test:443:" + kApi.to_string(), "-H", "Transfer-Encoding: chunked", "-H",
+       "Authorization: Bearer " + placeholder_, "--data-binary", "@" + file,
+       "https://api.test/v1/upload"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "ok:" + std::to_string(data.size()));
+  const auto requests = api_tls_->requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_TRUE(requests[0].body == data) << "the body arrived byte for byte";
+  EXPECT_EQ(field(requests[0].head, "Authorization"), "Bearer " + std::string(kSecret));
+}
+
 TEST_F(Http1Exchange, PlaceholderInAChunkedTrailerIsRefusedAndNeverGoesUp) {
   bool reset = false;
   const std::string answer = tls([&](Stream& stream) {
