@@ -46,6 +46,11 @@ void append_json_string(std::string& out, std::string_view text);
 // HTTP/2 stream's 403.
 std::string build_forbidden_body(std::string_view host, uint16_t port, std::string_view rule,
                                  std::string_view reason);
+
+// The answer to a head or framing that cannot be read safely; the connection then closes.
+inline constexpr std::string_view kBadRequestResponse =
+    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
 // "HTTP/1.1 403 Forbidden" with Connection: close and the body above.
 std::string build_forbidden_response(std::string_view host, uint16_t port, std::string_view rule,
                                      std::string_view reason);

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 
 #include "net/http_head.h"
@@ -241,41 +240,6 @@ Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderVa
     return refuse("the head would exceed " + std::to_string(kMaxHttpHead) + " bytes");
   }
   return out;
-}
-
-Result<uint64_t> request_body_length(std::string_view head) {
-  std::optional<uint64_t> length;
-  size_t line_start = head.find("\r\n");
-  while (line_start != std::string_view::npos) {
-    line_start += 2;
-    const size_t line_end = head.find("\r\n", line_start);
-    if (line_end == std::string_view::npos || line_end == line_start) break;
-    const std::string_view line = head.substr(line_start, line_end - line_start);
-    line_start = line_end;
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string_view name = line.substr(0, colon);
-    std::string_view value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
-      value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-    if (equals_ignoring_case(name, "transfer-encoding")) {
-      return kind_error(ErrorKind::kUnsupported, "request body",
-                        "Transfer-Encoding is not relayed on a terminated connection; send a "
-                        "Content-Length");
-    }
-    if (!equals_ignoring_case(name, "content-length")) continue;
-    uint64_t parsed = 0;
-    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-    if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
-      return kind_error(ErrorKind::kInvalid, "request body", "Content-Length is not a number");
-    }
-    if (length) {
-      return kind_error(ErrorKind::kInvalid, "request body", "Content-Length is given twice");
-    }
-    length = parsed;
-  }
-  return length.value_or(0);
 }
 
 }  // namespace hutch::net

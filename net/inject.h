@@ -89,17 +89,17 @@ class PlaceholderScanner {
   std::vector<Entry> entries_;
 };
 
+// The secret whose placeholder is in `bytes`, if any, among the secrets `rules` name (in target
+// hutch_net_placeholder). Cheap when no placeholder is there: one search for the common prefix.
+std::optional<std::string> placeholder_in(std::span<const InjectRule> rules,
+                                          const PlaceholderKey& key,
+                                          std::span<const uint8_t> bytes);
+
 // Replaces each named header of a complete HTTP/1.1 request head (through the empty line, as
 // parse_http_head accepted it): every existing field of that name is removed and one field is
 // added before the empty line. Errors never include a value: a value with CR, LF or NUL (header
 // injection) is refused naming the header only, as is a result over kMaxHttpHead, and so is a
 // head with a bare CR or LF or a field name that is not a token (whitespace before the colon).
 Result<std::string> rewrite_head(std::string_view head, std::span<const HeaderValue> set);
-
-// The length of the body that follows a complete request head: its Content-Length, or 0 without
-// one. The relay forwards that many bytes and then reads the next head, so framing it cannot
-// follow is refused rather than guessed: Transfer-Encoding (kUnsupported: chunked uploads are not
-// relayed on a terminated connection), several or non-numeric Content-Length fields (kInvalid).
-Result<uint64_t> request_body_length(std::string_view head);
 
 }  // namespace hutch::net

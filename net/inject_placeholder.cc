@@ -4,6 +4,9 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <set>
+#include <string_view>
+
 #include "net/inject.h"
 
 namespace hutch::net {
@@ -28,6 +31,22 @@ std::string placeholder_for(const PlaceholderKey& key, std::string_view secret) 
     text += kHex[digest[i] & 0xf];
   }
   return text;
+}
+
+std::optional<std::string> placeholder_in(std::span<const InjectRule> rules,
+                                          const PlaceholderKey& key,
+                                          std::span<const uint8_t> bytes) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (text.find(kPlaceholderPrefix) == std::string_view::npos) return std::nullopt;
+  std::set<std::string> secrets;
+  for (const InjectRule& rule : rules) {
+    for (const InjectHeader& header : rule.headers) secrets.insert(header.secret);
+  }
+  PlaceholderScanner scanner;
+  for (const std::string& secret : secrets) scanner.add(secret, placeholder_for(key, secret));
+  auto hits = scanner.scan(bytes);
+  if (hits.empty()) return std::nullopt;
+  return hits.front().secret;
 }
 
 }  // namespace hutch::net

@@ -14,7 +14,7 @@ shift || true
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   targets=(path_fuzzer json_codec_fuzzer tar_fuzzer seccomp_profile_fuzzer recipe_json_fuzzer
-           dns_message_fuzzer tls_hello_fuzzer http_head_fuzzer)
+           dns_message_fuzzer tls_hello_fuzzer http_head_fuzzer http1_framing_fuzzer)
 fi
 
 echo "== fuzzing (libFuzzer: ${#targets[@]} targets, ${seconds} s each) =="

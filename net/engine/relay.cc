@@ -1,7 +1,6 @@
 #include "net/engine/relay.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -11,7 +10,6 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
-#include <set>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -27,9 +25,6 @@
 
 namespace hutch::net {
 namespace {
-
-constexpr std::string_view kBadRequest =
-    "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 using Tcp = asio::ip::tcp;
 
@@ -55,33 +50,12 @@ Decision refusal(std::string rule, std::string reason) {
   return Decision{false, std::move(rule), std::move(reason)};
 }
 
-// The secret whose placeholder is in `bytes`, if any: the placeholders of every secret the
-// policy's inject rules name.
-std::optional<std::string> placeholder_in(const Policy& policy, const PlaceholderKey& key,
-                                          std::span<const uint8_t> bytes) {
-  std::set<std::string> secrets;
-  for (const InjectRule& rule : policy.inject) {
-    for (const InjectHeader& header : rule.headers) secrets.insert(header.secret);
-  }
-  if (secrets.empty()) return std::nullopt;
-  PlaceholderScanner scanner;
-  for (const std::string& secret : secrets) scanner.add(secret, placeholder_for(key, secret));
-  auto hits = scanner.scan(bytes);
-  if (hits.empty()) return std::nullopt;
-  return hits.front().secret;
-}
-
 // The protocol ALPN selected on a handshaken connection, "" for none.
 std::string_view alpn_of(SSL* ssl) {
   const unsigned char* protocol = nullptr;
   unsigned size = 0;
   SSL_get0_alpn_selected(ssl, &protocol, &size);
   return {reinterpret_cast<const char*>(protocol), size};
-}
-
-// A TLS stream's end: a clean close_notify, or the peer closing without one.
-bool tls_ended(const boost::system::error_code& error) {
-  return error == asio::error::eof || error == asio::ssl::error::stream_truncated;
 }
 
 // SIGPIPE blocked on this thread for its life; consume() takes a SIGPIPE raised meanwhile (it
@@ -217,7 +191,7 @@ void Relay::on_first_bytes(Sniff sniff) {
     count_decision(false);
     log_.rule = "name";
     log_.reason = "malformed HTTP request head: " + head.detail;
-    asio::async_write(client_, asio::buffer(kBadRequest),
+    asio::async_write(client_, asio::buffer(kBadRequestResponse),
                       [self = shared_from_this()](const boost::system::error_code&, size_t) {
                         self->finish(self->log_.reason, false);
                       });
@@ -226,7 +200,7 @@ void Relay::on_first_bytes(Sniff sniff) {
   is_http_ = true;
   http_host_ = head.host;
   if (sandbox_->ca) {
-    if (auto secret = placeholder_in(*sandbox_->current_policy(), sandbox_->placeholder_key,
+    if (auto secret = placeholder_in(sandbox_->current_policy()->inject, sandbox_->placeholder_key,
                                      bytes.first(head.head_size))) {
       return deny(refusal("inject", "the placeholder of secret " + *secret +
                                         " sent in plain HTTP: secrets are injected over TLS only"));
@@ -375,6 +349,12 @@ void Relay::on_connected() {
   last_activity_ = std::chrono::steady_clock::now();
   arm_idle_timer();
   if (terminate_) return terminate_tls();
+  if (is_http_) {
+    up_.bytes += peeked_;
+    pending_ = peeked_;
+    peeked_ = 0;
+    return start_exchange();
+  }
   splice(false);
   if (peeked_ == 0) return splice(true);
   up_.bytes += peeked_;
@@ -516,8 +496,7 @@ void Relay::terminate_tls() {
               self->up_.bytes += self->peeked_;
               self->peeked_ = 0;
               if (h2) return self->relay_h2();
-              self->splice_tls_down();
-              self->read_request_head();
+              self->start_exchange();
             });
       });
 }
@@ -538,142 +517,6 @@ void Relay::relay_h2() {
                              },
                          .on_end = [this](std::string reason,
                                           bool reset) { finish(std::move(reason), reset); }});
-}
-
-void Relay::read_request_head() {
-  if (pending_ > 0) {
-    const HttpHead head = parse_http_head(std::span<const uint8_t>(up_.buffer.get(), pending_));
-    if (head.status == HeadStatus::kComplete) return on_request_head(head.head_size);
-    if (head.status == HeadStatus::kMalformed)
-      return refuse_request("malformed HTTP request head: " + head.detail);
-    if (pending_ == kBufferSize) return refuse_request("HTTP request head larger than 64 KiB");
-  }
-  client_tls_->async_read_some(
-      asio::buffer(up_.buffer.get() + pending_, kBufferSize - pending_),
-      [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
-        if (self->phase_ != Phase::kSplicing) return;
-        if (tls_ended(error) && self->pending_ == 0) return self->finish("closed", false);
-        if (error) return self->finish("read from the sandbox: " + error.message(), true);
-        self->up_.bytes += n;
-        self->pending_ += n;
-        self->last_activity_ = std::chrono::steady_clock::now();
-        self->read_request_head();
-      });
-}
-
-// One request head on a terminated connection: the rules' headers set with the secrets' values,
-// then no placeholder may be left in it (a header or target the rules do not cover).
-void Relay::on_request_head(size_t head_size) {
-  const std::string_view head(reinterpret_cast<const char*>(up_.buffer.get()), head_size);
-  const HttpHead parsed = parse_http_head(std::span<const uint8_t>(up_.buffer.get(), head_size));
-  const std::string& host = *log_.name;
-  if (!parsed.host.empty()) {
-    auto named = normalize_name(parsed.host);
-    if (!named || *named != host)
-      return refuse_request("HTTP Host " + parsed.host + " is not the TLS server name " + host);
-  }
-  auto body = request_body_length(head);
-  if (!body) return refuse_request(body.error().detail);
-  const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
-  auto out = std::make_shared<std::string>(head);
-  const std::vector<const InjectRule*> rules =
-      rules_for(policy->inject, host, parsed.method, parsed.target);
-  if (!rules.empty()) {
-    const SecretLookup none = [](std::string_view) { return std::nullopt; };
-    auto values =
-        headers_to_set(rules, sandbox_->options.secrets ? sandbox_->options.secrets : none);
-    if (!values) return refuse_request(values.error().detail);
-    auto rewritten = rewrite_head(head, *values);
-    for (HeaderValue& value : *values) OPENSSL_cleanse(value.value.data(), value.value.size());
-    if (!rewritten) return refuse_request(rewritten.error().detail);
-    *out = std::move(*rewritten);
-    for (const HeaderValue& value : *values) {
-      if (log_.reason.find("injected " + value.name) == std::string::npos)
-        log_.reason += "; injected " + value.name;
-    }
-  }
-  const std::span<const uint8_t> sent(reinterpret_cast<const uint8_t*>(out->data()), out->size());
-  if (auto secret = placeholder_in(*policy, sandbox_->placeholder_key, sent)) {
-    OPENSSL_cleanse(out->data(), out->size());
-    return refuse_request("the placeholder of secret " + *secret + " sent to " + host + " " +
-                          parsed.method + " where no inject rule puts that secret");
-  }
-  body_left_ = *body;
-  pending_ -= head_size;
-  std::memmove(up_.buffer.get(), up_.buffer.get() + head_size, pending_);
-  asio::async_write(
-      *upstream_tls_, asio::buffer(*out),
-      [self = shared_from_this(), out](const boost::system::error_code& error, size_t) {
-        // The head may hold a secret's value: nothing of it outlives the write.
-        OPENSSL_cleanse(out->data(), out->size());
-        if (self->phase_ != Phase::kSplicing) return;
-        if (error) return self->finish("write upstream: " + error.message(), true);
-        self->forward_body();
-      });
-}
-
-void Relay::forward_body() {
-  if (body_left_ == 0) return read_request_head();
-  if (pending_ > 0) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(pending_, body_left_));
-    asio::async_write(
-        *upstream_tls_, asio::buffer(up_.buffer.get(), n),
-        [self = shared_from_this(), n](const boost::system::error_code& error, size_t) {
-          if (self->phase_ != Phase::kSplicing) return;
-          if (error) return self->finish("write upstream: " + error.message(), true);
-          self->pending_ -= n;
-          self->body_left_ -= n;
-          std::memmove(self->up_.buffer.get(), self->up_.buffer.get() + n, self->pending_);
-          self->forward_body();
-        });
-    return;
-  }
-  client_tls_->async_read_some(
-      asio::buffer(up_.buffer.get(), kBufferSize),
-      [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
-        if (self->phase_ != Phase::kSplicing) return;
-        if (error) return self->finish("read from the sandbox: " + error.message(), true);
-        self->up_.bytes += n;
-        self->pending_ = n;
-        self->last_activity_ = std::chrono::steady_clock::now();
-        self->forward_body();
-      });
-}
-
-void Relay::splice_tls_down() {
-  upstream_tls_->async_read_some(
-      asio::buffer(down_.buffer.get(), kBufferSize),
-      [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
-        if (self->phase_ != Phase::kSplicing) return;
-        if (tls_ended(error)) return self->finish("closed", false);
-        if (error) return self->finish("read upstream: " + error.message(), true);
-        self->down_.bytes += n;
-        self->last_activity_ = std::chrono::steady_clock::now();
-        asio::async_write(*self->client_tls_, asio::buffer(self->down_.buffer.get(), n),
-                          [self](const boost::system::error_code& error, size_t) {
-                            if (self->phase_ != Phase::kSplicing) return;
-                            if (error)
-                              return self->finish("write to the sandbox: " + error.message(), true);
-                            self->splice_tls_down();
-                          });
-      });
-}
-
-// A request on a terminated connection that must not go upstream: a 403 over the sandbox's TLS,
-// the decision logged as a denial by the "inject" rule, and the connection closed.
-void Relay::refuse_request(std::string reason) {
-  sandbox_->with_stats([](SandboxNetStats& stats) { ++stats.denied; });
-  log_.allowed = false;
-  log_.rule = "inject";
-  log_.reason = std::move(reason);
-  phase_ = Phase::kDone;
-  auto response = std::make_shared<std::string>(
-      build_forbidden_response(*log_.name, destination_.port, log_.rule, log_.reason));
-  asio::async_write(
-      *client_tls_, asio::buffer(*response),
-      [self = shared_from_this(), response](const boost::system::error_code&, size_t) {
-        self->finish(self->log_.reason, false);
-      });
 }
 
 void Relay::deny(Decision decision) {

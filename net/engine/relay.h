@@ -1,8 +1,9 @@
 // One TCP connection from a sandbox, from accept to close: learns its names (fake address, TLS
 // SNI, HTTP Host), decides, resolves and checks, dials the checked address and splices both ways.
 // For a TLS host an inject rule names (and a sandbox with a CA), it terminates TLS on both sides
-// instead, reads each HTTP/1.1 request head, sets the rules' headers and forwards (or, when both
-// legs chose h2, hands them to the h2 relay).
+// instead and sets the rules' headers in each request. Plain HTTP and terminated TLS go through
+// one HTTP/1.1 exchange (net/engine/http1_exchange.cc) that checks every request; when both legs
+// of a terminated connection chose h2, the h2 relay (net/engine/h2_relay.h) takes them over.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -17,6 +18,8 @@
 #include "net/address.h"
 #include "net/egress_path.h"
 #include "net/engine/sandbox.h"
+#include "net/http1_framing.h"
+#include "net/http_head.h"
 #include "net/policy.h"
 
 namespace hutch::net {
@@ -65,14 +68,29 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void splice(bool up);
   void wait_to_splice(asio::ip::tcp::socket& socket, asio::socket_base::wait_type wait, bool up);
   void arm_idle_timer();
-  // Terminated connections (net/inject.h): handshakes, then one request head at a time.
+  // Terminated connections (net/inject.h): the handshakes, then the HTTP/1.1 exchange.
   void terminate_tls();
   void relay_h2();  // both legs chose h2: net/engine/h2_relay.h takes over the TLS streams
+  // The HTTP/1.1 exchange (net/engine/http1_exchange.cc), on the plain socket or on terminated
+  // TLS alike: each request head read whole and checked, its body forwarded by its framing.
+  void start_exchange();
   void read_request_head();
-  void on_request_head(size_t head_size);
+  void on_request_head(const HttpHead& head);
+  std::optional<std::string> host_disagrees(const HttpHead& head) const;
   void forward_body();
-  void splice_tls_down();
-  void refuse_request(std::string reason);
+  void after_request();
+  void relay_down();
+  void on_upgrade_response();
+  void relay_up_raw();
+  void client_ended(const boost::system::error_code& error, bool between_requests);
+  void upstream_ended();
+  void refuse_request(std::string rule, std::string reason, bool bad_request = false);
+  void refuse_mid_request(std::string rule, std::string reason);
+  void count_refusal(std::string rule, std::string reason);
+  template <class Op>
+  void on_client(Op&& op);
+  template <class Op>
+  void on_upstream(Op&& op);
   void deny(Decision decision);
   void finish(std::string reason, bool reset);
   void count_decision(bool allowed);
@@ -98,8 +116,22 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
   bool offers_h2_ = false;  // the sandbox's ClientHello offers ALPN h2
   std::optional<TlsStream> client_tls_, upstream_tls_;
-  size_t pending_ = 0;      // terminated: bytes read from the sandbox not yet handled
-  uint64_t body_left_ = 0;  // terminated: bytes of the current request's body still to forward
+  // The HTTP/1.1 exchange's state (net/engine/http1_exchange.cc).
+  size_t pending_ = 0;    // bytes read from the sandbox into up_.buffer, not yet forwarded
+  size_t head_left_ = 0;  // of them, the head's bytes that go out with the body's first bytes
+  BodyFraming framing_;
+  uint64_t body_left_ = 0;  // kLength: bytes of the current request's body still to forward
+  ChunkedBody chunked_;
+  uint64_t requests_ = 0;  // request heads forwarded upstream
+  bool down_writing_ = false;
+  // An upgrade request was forwarded: the response's head is held in upgrade_response_ until
+  // its status says whether the connection switches protocols (101: spliced both ways).
+  bool awaiting_101_ = false;
+  bool parked_for_101_ = false;  // the request is sent; the sandbox is not read meanwhile
+  bool switched_ = false;        // a 101 came: both directions are spliced
+  std::string upgrade_response_;
+  // A refusal after requests went upstream: sent once the upstream answered them and closed.
+  std::shared_ptr<std::string> refusal_;
 };
 
 }  // namespace hutch::net
