@@ -56,6 +56,9 @@ json spec_to_json(const SandboxSpec& spec) {
   json binds = json::array();
   for (const BindMount& bind : spec.binds)
     binds.push_back({{"source", bind.source}, {"target", bind.target}, {"ro", bind.read_only}});
+  json volumes = json::array();
+  for (const VolumeMount& volume : spec.volumes)
+    volumes.push_back({{"target", volume.target}, {"ro", volume.read_only}});
   return {
       {"lower_dirs", spec.lower_dirs},
       {"layers", spec.layers},
@@ -66,6 +69,7 @@ json spec_to_json(const SandboxSpec& spec) {
       {"hostname", spec.hostname},
       {"net", net_mode_wire(spec.net)},
       {"binds", binds},
+      {"volumes", volumes},
       {"uid", spec.uid},
       {"gid", spec.gid},
       {"id_base", spec.ids.host_base},
@@ -92,6 +96,12 @@ SandboxSpec spec_from_json(const json& j) {
   for (const json& bind : j.at("binds")) {
     spec.binds.push_back({bind.at("source").get<std::string>(),
                           bind.at("target").get<std::string>(), bind.at("ro").get<bool>()});
+  }
+  for (const json& volume : j.at("volumes")) {
+    VolumeMount mount;
+    mount.target = volume.at("target").get<std::string>();
+    mount.read_only = volume.at("ro").get<bool>();
+    spec.volumes.push_back(std::move(mount));
   }
   spec.uid = wire_uint<uid_t>(j, "uid");
   spec.gid = wire_uint<gid_t>(j, "gid");

@@ -25,6 +25,7 @@ struct MountOp {
     kReadOnly,   // path and everything below it read-only, when path exists
     kSymlink,    // path -> source
     kWriteFile,  // path with contents = source, mode
+    kAttach,     // the detached mount `fd` (inherited from the parent) at path, then fd closed
   };
   Kind kind;
   std::string path;
@@ -36,6 +37,7 @@ struct MountOp {
   uid_t uid = 0;
   gid_t gid = 0;
   bool read_only = true;
+  int fd = -1;  // kAttach
 };
 
 struct MountPlan {
