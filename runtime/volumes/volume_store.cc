@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
-#include <charconv>
 #include <filesystem>
 #include <string_view>
 

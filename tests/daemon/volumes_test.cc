@@ -193,6 +193,31 @@ TEST_F(VolumesTest, SnapshotsAndForksLeaveTheVolumeOut) {
       << forked.body["sandboxes"][0].dump();
 }
 
+// A rollback restores the sandbox's own files and mounts the volume again as it is now: the
+// volume is not part of the checkpoint, and the attachment stays the sandbox's.
+TEST_F(VolumesTest, RollbackKeepsTheVolumeAsItIs) {
+  ASSERT_EQ(make_volume("ws").status, 201);
+  std::string id = create_attached("ws");
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(
+      exec(id, {{"command", "echo one > /root/state; echo one > /workspace/state"}})["exit_code"],
+      0);
+  auto checkpoint = daemon_->post("/v1/sandboxes/" + id + "/checkpoints", {{"name", "c1"}});
+  ASSERT_EQ(checkpoint.status, 201) << checkpoint.raw;
+  EXPECT_EQ(checkpoint.body["volumes_excluded"], json::array({"ws"}));
+  ASSERT_EQ(
+      exec(id, {{"command", "echo two > /root/state; echo two > /workspace/state"}})["exit_code"],
+      0);
+  auto rolled = daemon_->post("/v1/sandboxes/" + id + "/checkpoints/c1/rollback", json::object());
+  ASSERT_EQ(rolled.status, 200) << rolled.raw;
+  EXPECT_EQ(exec(id, {{"command", "cat /root/state /workspace/state"}})["stdout"], "one\ntwo\n");
+  auto volume = daemon_->get("/v1/volumes/ws");
+  ASSERT_EQ(volume.body["attached"].size(), 1u) << volume.raw;
+  EXPECT_EQ(volume.body["attached"][0]["sandbox"], id);
+  EXPECT_EQ(bound_devices("ws"), 1);  // the old sandbox's mount went with it
+  EXPECT_EQ(error_code(create_with({{{"name", "ws"}, {"target", "/w"}}})), "volume_busy");
+}
+
 TEST_F(VolumesTest, NothingStaysMountedOrBound) {
   ASSERT_EQ(make_volume("ws").status, 201);
   std::string a = create_attached("ws");
