@@ -136,6 +136,17 @@ TEST_F(VolumesTest, OneWriterAtATimeReadersAnyNumber) {
   EXPECT_NE(refused["exit_code"], 0);
   EXPECT_NE(refused["stderr"].get<std::string>().find("Read-only file system"), std::string::npos)
       << refused.dump();
+  // Nor can the reader make it writable, and the kernel's view is ro, nosuid, nodev, idmapped.
+  json remount = exec(reader, {{"command",
+                                "mount -o remount,rw /workspace 2>&1; touch "
+                                "/workspace/g 2>&1; grep ' /workspace ' "
+                                "/proc/self/mountinfo"}});
+  const std::string seen = remount["stdout"];
+  EXPECT_NE(seen.find("Read-only file system"), std::string::npos) << seen;
+  EXPECT_NE(seen.find(" ro,"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("nosuid"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("nodev"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("idmapped"), std::string::npos) << seen;
   // The writer gone, the next one may come.
   delete_and_wait(a);
   std::string b = create_attached("ws");
