@@ -34,7 +34,7 @@ struct VolumeInfo {
   std::chrono::system_clock::time_point created;
 };
 
-// What the volume's filesystem holds now (statfs of a mount of it).
+// What the volume's filesystem holds now, as statfs counts it.
 struct VolumeUsage {
   uint64_t used_bytes = 0;
   uint64_t available_bytes = 0;
@@ -60,7 +60,8 @@ class VolumeStore {
   Result<std::vector<VolumeInfo>> list() const;
   // Errors: kInvalid (name), kNotFound.
   Result<VolumeInfo> get(const std::string& name) const;
-  // Mounts the volume (sharing the superblock of its live mounts) long enough to statfs it.
+  // Mounted somewhere: statfs of a mount sharing its superblock. Else read from the image's
+  // superblock, which the last unmount wrote (no mount needed).
   Result<VolumeUsage> usage(const std::string& name) const;
   // Removes the volume and its files. The caller checks that no sandbox has it mounted; a mount
   // left somewhere keeps the (unlinked) image until it goes. Errors: kInvalid, kNotFound.
