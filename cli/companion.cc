@@ -17,7 +17,7 @@ namespace {
 // links cpp-httplib, which exists only as a shared library, and hutch stays static.
 constexpr std::string_view kClientVerbs[] = {"create", "ls",           "inspect", "exec",
                                              "cp",     "rm",           "pause",   "resume",
-                                             "logs",   "port-forward", "shell"};
+                                             "logs",   "port-forward", "shell",   "volume"};
 
 }  // namespace
 

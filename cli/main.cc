@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
   CLI::App app{"hutch: lightweight Linux sandboxes from namespaces, overlayfs and seccomp"};
   app.footer(
       "Verbs served by hutchd (see hutch VERB --help): create, ls, inspect, exec, cp, rm, pause,\n"
-      "resume, logs, port-forward, shell. They find it at --socket PATH ($HUTCH_SOCKET, default\n"
+      "resume, logs, port-forward, shell, volume. They find it at --socket PATH ($HUTCH_SOCKET, "
+      "default\n"
       "/run/hutch/hutchd.sock) or --url http://HOST:PORT with --token-file; they exit 125 when\n"
       "hutchd answers an error or cannot be reached (exec: the command's own status).\n"
       "hutch image export|load|import|ls|rm (see hutch image --help): move layers between\n"

@@ -1,6 +1,7 @@
 # cpack -G DEB: a .deb of what cmake/install.cmake installs, under /usr, for an edge box.
 # Depends: the shared libraries' packages (dpkg-shlibdeps, from dpkg-dev) and the tools hutch
-# runs: mkfs.erofs (erofs-utils) makes each layer's image (runtime/fs/erofs.cc).
+# runs: mkfs.erofs (erofs-utils) makes each layer's image (runtime/fs/erofs.cc), mkfs.ext4
+# (e2fsprogs) each persistent volume's (runtime/volumes/volume_store.cc).
 set(CPACK_PACKAGE_NAME hutch)
 set(CPACK_PACKAGE_VERSION 0.1.0)
 set(CPACK_PACKAGE_CONTACT "hutch maintainers <hutch@localhost>")
@@ -16,5 +17,5 @@ set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "erofs-utils")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "erofs-utils, e2fsprogs")
 include(CPack)

@@ -7,6 +7,7 @@
 #include "net/policy_json.h"
 #include "runtime/defaults.h"
 #include "runtime/fs/paths.h"
+#include "runtime/volumes/volume_store.h"
 
 namespace hutch::daemon {
 namespace {
@@ -67,7 +68,8 @@ SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
                                       "network",
                                       "hostname",
                                       "workdir",
-                                      "mounts"};
+                                      "mounts",
+                                      "volumes"};
   if (source == ConfigSource::kRecord) known.insert("layers");
   check_known_fields(body, known);
   if (auto rootfs = optional_string(body, "rootfs")) {
@@ -124,6 +126,30 @@ SandboxConfig parse_sandbox_config(const json& body, ConfigSource source) {
         throw bad_request("mounts target \"" + mount.target +
                           "\" is not a normalized absolute path below /");
       config.mounts.push_back(std::move(mount));
+    }
+  }
+  if (const json* volumes = optional_field(body, "volumes")) {
+    if (!volumes->is_array()) throw bad_request("volumes must be an array");
+    if (volumes->size() > kMaxVolumesPerSandbox)
+      throw ApiError(400, "bad_volume",
+                     "at most " + std::to_string(kMaxVolumesPerSandbox) + " volumes per sandbox");
+    std::set<std::string> names, targets;
+    for (const json& entry : *volumes) {
+      require_object(entry, "a volumes entry");
+      check_known_fields(entry, {"name", "target", "readonly", "shared"});
+      SandboxVolume volume{string_field(entry, "name"), string_field(entry, "target"),
+                           optional_bool(entry, "readonly").value_or(false),
+                           optional_bool(entry, "shared").value_or(false)};
+      if (auto named = check_volume_name(volume.name); !named)
+        throw ApiError(400, "bad_volume",
+                       "volume \"" + volume.name + "\": " + named.error().message());
+      if (!is_normal_absolute(volume.target) || volume.target == "/")
+        throw ApiError(
+            400, "bad_volume",
+            "volumes target \"" + volume.target + "\" is not a normalized absolute path below /");
+      if (!names.insert(volume.name).second || !targets.insert(volume.target).second)
+        throw ApiError(400, "bad_volume", "a volume or a target appears twice in volumes");
+      config.volumes.push_back(std::move(volume));
     }
   }
   config.labels = string_map(body, "labels");
@@ -187,6 +213,15 @@ json config_to_json(const SandboxConfig& config) {
       mounts.push_back(
           {{"source", mount.source}, {"target", mount.target}, {"readonly", mount.read_only}});
     out["mounts"] = mounts;
+  }
+  if (!config.volumes.empty()) {
+    json volumes = json::array();
+    for (const SandboxVolume& volume : config.volumes)
+      volumes.push_back({{"name", volume.name},
+                         {"target", volume.target},
+                         {"readonly", volume.read_only},
+                         {"shared", volume.shared}});
+    out["volumes"] = volumes;
   }
   return out;
 }

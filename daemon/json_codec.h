@@ -25,6 +25,10 @@ namespace hutch::daemon {
 
 using nlohmann::json;
 
+// A create's volumes, at most (each is one fd more in the zygote's message,
+// runtime/base/passed_fds.h).
+inline constexpr size_t kMaxVolumesPerSandbox = 4;
+
 // A request's body, or (kRecord) the "config" of a sandbox.json, which may also carry the
 // resolved "layers" digests that a client may not set.
 enum class ConfigSource { kRequest, kRecord };

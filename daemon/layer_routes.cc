@@ -32,7 +32,8 @@ json snapshot_json(const service::Snapshot& snapshot) {
           {"files", snapshot.stats.files},
           {"bytes", snapshot.stats.bytes},
           {"frozen_ms", snapshot.stats.frozen.count() / 1000.0},
-          {"duration_ms", snapshot.duration_ms}};
+          {"duration_ms", snapshot.duration_ms},
+          {"volumes_excluded", snapshot.volumes_excluded}};
 }
 
 service::BakeParams bake_params(const httplib::Request& req) {

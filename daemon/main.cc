@@ -294,6 +294,9 @@ int main(int argc, char** argv) {
     root = canonical;
   }
   registry.set_mount_roots(mount_roots);
+  auto volumes = hutch::daemon::service::VolumeService::open(state_dir);
+  if (!volumes) return fail(volumes.error().message());
+  registry.set_volumes(volumes->get());
   RecoveryReport recovered = registry.recover();
   spdlog::info("recovery: adopted {} sandboxes, removed {}", recovered.adopted, recovered.removed);
 

@@ -50,6 +50,9 @@ SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir
   spec.env = exec_environment(config.env, {});
   for (const HostMount& mount : config.mounts)
     spec.binds.push_back({mount.source, mount.target, mount.read_only});
+  // Their mounts are opened by whoever starts the sandbox (SandboxRegistry::start_live).
+  for (const SandboxVolume& volume : config.volumes)
+    spec.volumes.push_back({-1, volume.target, volume.read_only});
   spec.workdir = config.workdir;
   spec.hostname = config.hostname;
   spec.net = net_mode_for(config.network.mode);

@@ -33,6 +33,17 @@ struct HostMount {
   bool read_only = true;
 };
 
+// A persistent volume mounted into the sandbox (a create's "volumes";
+// daemon/service/volume_service.h decides who may mount which).
+struct SandboxVolume {
+  std::string name;
+  std::string target;  // normalized absolute, below /
+  bool read_only = false;
+  // Read-write beside other read-write attachments that asked for sharing too; without it, a
+  // read-write attachment is the volume's only one of its kind.
+  bool shared = false;
+};
+
 struct SandboxConfig {
   // "host" or an absolute host directory (a read-only lower layer); with a recipe, the recipe's
   // base (a request's "rootfs": "recipe:NAME" is moved to `recipe`).
@@ -57,6 +68,7 @@ struct SandboxConfig {
   std::string hostname = "hutch";
   std::string workdir = "/";
   std::vector<HostMount> mounts;
+  std::vector<SandboxVolume> volumes;
 };
 
 // The host id map of a sandbox created from `config`.

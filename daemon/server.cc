@@ -455,6 +455,7 @@ Daemon::Daemon(ServerOptions options, SandboxRegistry& registry, Metrics& metric
   add_file_routes(routes_, context_);
   add_network_routes(routes_, context_);
   add_secret_routes(routes_, context_);
+  add_volume_routes(routes_, context_);
   add_layer_routes(routes_, registry, recipes);
   add_port_routes(routes_, context_);
 }

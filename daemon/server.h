@@ -120,6 +120,7 @@ void add_watch_routes(Routes& routes, DaemonContext& context);
 void add_file_routes(Routes& routes, DaemonContext& context);
 void add_network_routes(Routes& routes, DaemonContext& context);
 void add_secret_routes(Routes& routes, DaemonContext& context);
+void add_volume_routes(Routes& routes, DaemonContext& context);
 
 // httplib::Server whose connections the ConnectionGuard holds between requests
 // (connection_guard.h), with its listening backlog raised: httplib listens with a backlog of 5,

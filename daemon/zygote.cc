@@ -33,7 +33,8 @@ struct SpawnRequest {
   std::string exec_socket;
   std::string supervisor_socket;
   std::string log_path;
-  UniqueFd netns;  // hutchd's namespace for this sandbox, if it sent one
+  UniqueFd netns;                       // hutchd's namespace for this sandbox, if it sent one
+  std::vector<UniqueFd> volume_mounts;  // one per spec.volumes entry, in order
 };
 
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
@@ -101,14 +102,15 @@ struct SpawnRequest {
         continue;
       }
     }
-    int fds[2] = {-1, -1};
-    int fd_count = 2;
+    int fds[kMaxPassedFds];
+    int fd_count = kMaxPassedFds;
     long n = recv_with_fds(sock, buffer.data(), buffer.size(), fds, &fd_count);
     if (n <= 0) _exit(0);  // hutchd is gone
     if (fd_count < 1) continue;
     UniqueFd ready(fds[0]);
+    std::deque<UniqueFd> passed;
+    for (int i = 1; i < fd_count; ++i) passed.emplace_back(fds[i]);
     SpawnRequest request;
-    if (fd_count == 2) request.netns.reset(fds[1]);
     try {
       const nlohmann::json json =
           nlohmann::json::parse(std::string_view(buffer.data(), static_cast<size_t>(n)));
@@ -117,11 +119,21 @@ struct SpawnRequest {
       request.supervisor_socket = json.at("supervisor_socket").get<std::string>();
       request.log_path = json.at("log").get<std::string>();
       const bool netns_sent = json.value("netns", false);
-      if (netns_sent != static_cast<bool>(request.netns))
-        throw std::invalid_argument(netns_sent ? "\"netns\": true but no namespace fd attached"
-                                               : "a second fd without \"netns\": true");
+      if (passed.size() != (netns_sent ? 1 : 0) + request.spec.volumes.size())
+        throw std::invalid_argument(std::to_string(passed.size()) + " fds for " +
+                                    (netns_sent ? "a namespace and " : "") +
+                                    std::to_string(request.spec.volumes.size()) + " volumes");
       if (netns_sent && request.spec.net != NetMode::kHostOwned)
         throw std::invalid_argument("a namespace fd for a spec whose net is not host_owned");
+      if (netns_sent) {
+        request.netns = std::move(passed.front());
+        passed.pop_front();
+      }
+      for (VolumeMount& volume : request.spec.volumes) {
+        volume.mount_fd = passed.front().get();
+        request.volume_mounts.push_back(std::move(passed.front()));
+        passed.pop_front();
+      }
     } catch (const std::exception& e) {
       write_ready(ready.get(),
                   failed_ready(Error{"zygote", std::string("bad request: ") + e.what()}));
@@ -134,6 +146,7 @@ struct SpawnRequest {
       if (auto taken = skeletons->take(request.spec.ids.host_base))
         made.skeleton = std::move(*taken);
     }
+    made.volume_mounts = std::move(request.volume_mounts);
     if (request.netns) {
       made.netns = std::move(request.netns);
     } else if (request.spec.net != NetMode::kNone && !ready_netns.empty()) {
@@ -175,6 +188,8 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
                                      const std::string& supervisor_socket,
                                      const std::string& log_path, std::chrono::milliseconds timeout,
                                      int netns_fd) const {
+  if (1 + (netns_fd >= 0 ? 1 : 0) + spec.volumes.size() > static_cast<size_t>(kMaxPassedFds))
+    return plain_error("sandbox start", "too many volumes for one message to the zygote");
   nlohmann::json request = {{"spec", spec_to_json(spec)},
                             {"exec_socket", exec_socket},
                             {"supervisor_socket", supervisor_socket},
@@ -186,9 +201,11 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) return sys_error("pipe2", "ready pipe");
   UniqueFd read_end(pipe_fds[0]), write_end(pipe_fds[1]);
 
-  const int fds[2] = {write_end.get(), netns_fd};
-  if (int err =
-          send_with_fds(socket_.get(), message.data(), message.size(), fds, netns_fd >= 0 ? 2 : 1))
+  std::vector<int> fds = {write_end.get()};
+  if (netns_fd >= 0) fds.push_back(netns_fd);
+  for (const VolumeMount& volume : spec.volumes) fds.push_back(volume.mount_fd);
+  if (int err = send_with_fds(socket_.get(), message.data(), message.size(), fds.data(),
+                              static_cast<int>(fds.size())))
     return sys_error("sendmsg", "zygote", err);
   write_end.reset();  // the zygote and the supervisor hold the only write ends now: EOF = gone
 

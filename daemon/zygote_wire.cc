@@ -79,6 +79,9 @@ json spec_to_json(const SandboxSpec& spec) {
                      {"ro", bind.read_only},
                      {"from", bind_from_wire(bind.from)},
                      {"existing_file_only", bind.existing_file_only}});
+  json volumes = json::array();
+  for (const VolumeMount& volume : spec.volumes)
+    volumes.push_back({{"target", volume.target}, {"ro", volume.read_only}});
   return {
       {"lower_dirs", spec.lower_dirs},
       {"layers", spec.layers},
@@ -89,6 +92,7 @@ json spec_to_json(const SandboxSpec& spec) {
       {"hostname", spec.hostname},
       {"net", net_mode_wire(spec.net)},
       {"binds", binds},
+      {"volumes", volumes},
       {"uid", spec.uid},
       {"gid", spec.gid},
       {"id_base", spec.ids.host_base},
@@ -117,6 +121,12 @@ SandboxSpec spec_from_json(const json& j) {
                           bind.at("target").get<std::string>(), bind.at("ro").get<bool>(),
                           bind_from_from_wire(bind.at("from").get<std::string>()),
                           bind.at("existing_file_only").get<bool>()});
+  }
+  for (const json& volume : j.at("volumes")) {
+    VolumeMount mount;
+    mount.target = volume.at("target").get<std::string>();
+    mount.read_only = volume.at("ro").get<bool>();
+    spec.volumes.push_back(std::move(mount));
   }
   spec.uid = wire_uint<uid_t>(j, "uid");
   spec.gid = wire_uint<gid_t>(j, "gid");

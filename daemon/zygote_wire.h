@@ -2,8 +2,10 @@
 // each sandbox, as JSON. Every field of SandboxSpec is on the wire except three: argv (a live
 // sandbox runs no workload: serve_sandbox ignores it), timeout (hutchd's reaper and the
 // supervisor's SandboxDeadlines end live sandboxes instead) and seccomp (the zygote loads the
-// built-in program itself). tests/daemon/zygote_wire_test.cc fails to compile when a field is
-// added to SandboxSpec until it is put on the wire (or added to those three) and tested.
+// built-in program itself). A volume's mount_fd is not in the JSON either: the fds travel with the
+// message (daemon/zygote.h), one per volume in order. tests/daemon/zygote_wire_test.cc fails to
+// compile when a field is added to SandboxSpec until it is put on the wire (or added to those
+// three) and tested.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -106,6 +106,12 @@ Result<void> prepare_upper_dir(const SandboxSpec& spec) {
 Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skeleton, pid_t pid,
                        Launched& launched) {
   auto userns = HUTCH_TRY(open_userns(pid));
+  // Before kRoot, after which the child attaches them: the child inherited the volumes' fds at
+  // clone3, and they name the same mounts as ours.
+  for (const VolumeMount& volume : prepared.spec.volumes) {
+    HUTCH_TRY(idmap_mount(volume.mount_fd, userns.get(), volume.read_only,
+                          "the volume at " + volume.target));
+  }
   std::vector<UniqueFd> trees;
   for (const std::string& layer : prepared.layers) {
     auto tree =

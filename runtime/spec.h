@@ -41,6 +41,17 @@ struct BindMount {
   bool existing_file_only = false;
 };
 
+// A mounted filesystem (a persistent volume, runtime/volumes/volume_store.h) attached at `target`:
+// a detached mount the caller made (fsmount(2)), nosuid, nodev and read-only as it must be, not
+// yet idmapped. The launch idmaps it through the sandbox's user namespace (its files, uid 0 on
+// disk, are the sandbox root's) and the child attaches it. `mount_fd` is borrowed: it must stay
+// open until the launch returns. Snapshots never include it: it is a mount above the upper layer.
+struct VolumeMount {
+  int mount_fd = -1;
+  std::string target;  // absolute path inside the sandbox, below /
+  bool read_only = false;
+};
+
 // kNone: a namespace with lo down. kLoopback: lo up, in a namespace made ahead (then owned by the
 // caller's user namespace) or else by clone3 (then owned by the sandbox's). kHostOwned: lo up,
 // always in a namespace owned by the caller's user namespace, made ahead or by the launcher,
@@ -71,7 +82,8 @@ struct SandboxSpec {
   std::string hostname = "hutch";
   NetMode net = NetMode::kLoopback;
   std::vector<BindMount> binds;
-  uid_t uid = 0;  // inside the sandbox
+  std::vector<VolumeMount> volumes;  // attached after the binds
+  uid_t uid = 0;                     // inside the sandbox
   gid_t gid = 0;
   IdMap ids;
   uint64_t disk_bytes = 1ull << 30;  // cap of the writable upper layer and of /tmp

@@ -267,6 +267,7 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
 
   auto launched = launch_sandbox(prepared, false);
   if (!launched) return fail(launched.error());
+  made_ahead.volume_mounts.clear();  // the child holds them (or attached them already)
   if (auto r = wait_until_serving(*launched); !r) return fail(r.error());
   exec_listener->reset();  // init has it
   auto self = read_proc_state(getpid());

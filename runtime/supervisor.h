@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/base/unique_fd.h"
 #include "runtime/spec.h"
@@ -33,6 +34,8 @@ struct SandboxDeadlines {
 struct MadeAhead {
   UniqueFd skeleton;  // the host rootfs's skeleton (SkeletonCache::take)
   UniqueFd netns;     // a network namespace with lo up (make_loopback_netns), used once
+  // The mounts SandboxSpec::volumes' mount_fd name, owned here: closed once the child has them.
+  std::vector<UniqueFd> volume_mounts;
 };
 
 // Runs the supervisor in the calling process, which must be single-threaded (init forks and

@@ -4,7 +4,8 @@
 # suite (clients/python); qemu-system-x86 and cpio: the
 # pure-cgroup2 VM test (scripts/test-cgroupv2-vm.sh); bubblewrap crun runc: bench/coldstart peers;
 # libssl-dev: sha256 of layers (libcrypto.a, linked statically); erofs-utils: mkfs.erofs makes
-# each layer's image (runtime/fs/erofs.h); libarchive-dev: hutch-image reads and writes tar
+# each layer's image (runtime/fs/erofs.h); e2fsprogs: mkfs.ext4 makes each persistent volume's
+# image (runtime/volumes/volume_store.h); libarchive-dev: hutch-image reads and writes tar
 # streams (layer export/load, OCI and docker image import) with gzip/zstd; clang-16 and
 # libclang-rt-16-dev: libFuzzer and the sanitizer runtimes of scripts/fuzz.sh (clang-16 is the
 # oldest Debian 12 clang that compiles libstdc++ 12's std::expected, see CMakeLists.txt); systemd:
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libseccomp-dev libcap-dev nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libgtest-dev
-  libcli11-dev libssl-dev erofs-utils libarchive-dev
+  libcli11-dev libssl-dev erofs-utils e2fsprogs libarchive-dev
   python3 busybox-static debootstrap python3-pytest
   qemu-system-x86 cpio
   bubblewrap crun runc util-linux

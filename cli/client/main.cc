@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
       ->add_option("--net", create.network,
                    "none | loopback | filtered | open (rules: PUT .../network)")
       ->check(CLI::IsMember({"none", "loopback", "filtered", "open"}));
+  create_cmd
+      ->add_option("--volume", create.volumes,
+                   "NAME:/target[:ro]: mount a persistent volume (hutch volume create; repeatable)")
+      ->allow_extra_args(false);
   create_cmd->add_flag("--json", create_json, "Print the whole sandbox object");
 
   std::vector<std::string> ls_labels;
@@ -163,6 +167,24 @@ int main(int argc, char** argv) {
   forward_cmd->add_option("local_port", forward_local_port, "Local port (default: PORT)")
       ->check(CLI::Range(1, 65535));
 
+  CLI::App* volume_cmd =
+      app.add_subcommand("volume", "Persistent volumes: create NAME SIZE, ls, rm NAME...");
+  volume_cmd->require_subcommand(1);
+  std::string volume_name, volume_size;
+  CLI::App* volume_create_cmd =
+      volume_cmd->add_subcommand("create", "Create a volume of SIZE (1G, 512M): its quota");
+  volume_create_cmd->add_option("name", volume_name, "[A-Za-z0-9][A-Za-z0-9_.-]*")->required();
+  volume_create_cmd->add_option("size", volume_size, "Size (16M to 1T, a multiple of 4K)")
+      ->required();
+  bool volume_ls_json = false;
+  CLI::App* volume_ls_cmd =
+      volume_cmd->add_subcommand("ls", "List volumes (NAME SIZE USED ATTACHED)");
+  volume_ls_cmd->add_flag("--json", volume_ls_json, "JSON array of volume objects");
+  std::vector<std::string> volume_rm_names;
+  CLI::App* volume_rm_cmd =
+      volume_cmd->add_subcommand("rm", "Delete volumes and their files (not while attached)");
+  volume_rm_cmd->add_option("names", volume_rm_names, "Volume names")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +206,9 @@ int main(int argc, char** argv) {
     return create_sandbox(daemon, create, create_json);
   }
   if (ls_cmd->parsed()) return list_sandboxes(daemon, ls_labels, ls_json);
+  if (volume_create_cmd->parsed()) return create_volume(daemon, volume_name, volume_size);
+  if (volume_ls_cmd->parsed()) return list_volumes(daemon, volume_ls_json);
+  if (volume_rm_cmd->parsed()) return remove_volumes(daemon, volume_rm_names);
   if (inspect_cmd->parsed()) return inspect_sandbox(daemon, inspect_id);
   if (exec_cmd->parsed()) {
     if (exec_stdin) {

@@ -106,7 +106,35 @@ Result<json> create_body(const CreateOptions& options) {
                          "\"" + options.network + "\" is not none, loopback, filtered or open");
     body["network"] = options.network;
   }
+  for (const std::string& volume : options.volumes) {
+    auto entry = parse_volume_option(volume);
+    if (!entry) return std::unexpected(entry.error());
+    body["volumes"].push_back(*entry);
+  }
   return body;
+}
+
+Result<json> parse_volume_option(std::string_view text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos || colon == 0)
+    return plain_error("volume", "\"" + std::string(text) + "\" is not NAME:/target[:ro]");
+  std::string_view target = text.substr(colon + 1);
+  bool read_only = false;
+  if (target.ends_with(":ro")) {
+    read_only = true;
+    target.remove_suffix(3);
+  }
+  if (!target.starts_with('/'))
+    return plain_error("volume", "\"" + std::string(text) + "\": the target must be absolute");
+  return json{{"name", std::string(text.substr(0, colon))},
+              {"target", std::string(target)},
+              {"readonly", read_only}};
+}
+
+Result<json> volume_body(const std::string& name, const std::string& size) {
+  auto bytes = cli::parse_size(size);
+  if (!bytes) return std::unexpected(bytes.error());
+  return json{{"name", name}, {"size_bytes", *bytes}};
 }
 
 Result<json> exec_body(const ExecOptions& options) {
@@ -206,6 +234,23 @@ Result<std::string> sandbox_path(std::string_view id, std::string_view suffix) {
   if (!valid_id(id))
     return plain_error("sandbox id", "\"" + std::string(id) + "\" is not [A-Za-z0-9_-]+");
   return "/v1/sandboxes/" + std::string(id) + std::string(suffix);
+}
+
+std::string format_volume_table(const json& volumes) {
+  std::string out = "NAME\tSIZE\tUSED\tATTACHED\n";
+  for (const json& volume : volumes) {
+    std::string attached;
+    for (const json& a : volume.value("attached", json::array())) {
+      if (!attached.empty()) attached += ",";
+      attached += a.value("sandbox", "") + ":" + a.value("target", "") +
+                  (a.value("readonly", false) ? ":ro" : "");
+    }
+    const json used = volume.value("used_bytes", json());
+    out += volume.value("name", "") + "\t" + std::to_string(volume.value("size_bytes", 0ull)) +
+           "\t" + (used.is_number() ? std::to_string(used.get<uint64_t>()) : "-") + "\t" +
+           (attached.empty() ? "-" : attached) + "\n";
+  }
+  return out;
 }
 
 std::string format_sandbox_table(const json& sandboxes) {

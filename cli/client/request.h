@@ -24,12 +24,13 @@ struct CreateOptions {
   std::string memory;           // "512M"
   std::optional<uint64_t> pids;
   std::optional<double> cpus;
-  std::string disk;                 // "1G"
-  std::vector<std::string> env;     // K=V
-  std::vector<std::string> labels;  // k=v
-  std::string idle_ttl;             // a duration: "600", "10m"
-  std::string timeout;              // the default exec timeout, a duration
-  std::string network;              // "none" | "loopback"; empty: the daemon's default
+  std::string disk;                  // "1G"
+  std::vector<std::string> env;      // K=V
+  std::vector<std::string> labels;   // k=v
+  std::string idle_ttl;              // a duration: "600", "10m"
+  std::string timeout;               // the default exec timeout, a duration
+  std::string network;               // "none" | "loopback"; empty: the daemon's default
+  std::vector<std::string> volumes;  // NAME:/target[:ro]
 };
 
 // The body of POST /v1/sandboxes; only what was given (the daemon fills in its defaults).
@@ -81,6 +82,13 @@ Result<std::string> sandbox_path(std::string_view id, std::string_view suffix = 
 
 // `hutch ls`: the table of GET /v1/sandboxes's "sandboxes" (ID STATE CREATED LABELS).
 std::string format_sandbox_table(const json& sandboxes);
+
+// `hutch create --volume NAME:/target[:ro]` → a create's "volumes" entry.
+Result<json> parse_volume_option(std::string_view text);
+// The body of POST /v1/volumes from `hutch volume create NAME SIZE` (SIZE as 1G, 512M).
+Result<json> volume_body(const std::string& name, const std::string& size);
+// "NAME  SIZE  USED  ATTACHED" rows of GET /v1/volumes's "volumes".
+std::string format_volume_table(const json& volumes);
 
 // The message of a failed request: "code: message" from hutchd's {"error":{…}} body, or
 // "HTTP <status>: <body>" for any other answer.

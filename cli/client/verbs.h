@@ -45,6 +45,11 @@ int exec_command(Connection& daemon, const std::string& id, const ExecOptions& o
 int open_shell(const Endpoint& endpoint, const std::string& id,
                const std::vector<std::string>& argv);
 
+// hutch volume create NAME SIZE | ls | rm NAME...
+int create_volume(Connection& daemon, const std::string& name, const std::string& size);
+int list_volumes(Connection& daemon, bool json);
+int remove_volumes(Connection& daemon, const std::vector<std::string>& names);
+
 int copy_file(Connection& daemon, const std::string& source, const std::string& destination);
 
 // Listens on 127.0.0.1:local_port and tunnels each connection to the sandbox's port through

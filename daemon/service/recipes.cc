@@ -343,6 +343,8 @@ ServiceResult<Snapshot> RecipeService::snapshot_as(Sandbox& sandbox, const std::
   auto scratch = HUTCH_TRY(SnapshotScratch::make(registry_.state_dir()));
   Snapshot out;
   out.name = name;
+  for (const SandboxVolume& volume : sandbox.config().volumes)
+    out.volumes_excluded.push_back(volume.name);
   {
     // Against pause/resume/destroy meanwhile.
     std::lock_guard lifecycle(sandbox.lifecycle_mutex());
@@ -387,6 +389,9 @@ ServiceResult<Forked> RecipeService::fork(Sandbox& source, uint64_t count,
   SandboxConfig config = source.config();
   config.recipe = tag;
   config.network = source.network();  // the live policy; each fork gets its own engine state
+  // A fork copies the sandbox's own files (the snapshot), never its volumes: they are mounts,
+  // not layers, and a read-write one is a single sandbox's at a time.
+  config.volumes.clear();
   if (labels) config.labels = std::move(*labels);
   LayerPin held = HUTCH_TRY(resolve(config));
   for (uint64_t i = 0; i < count; ++i) {

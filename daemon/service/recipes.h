@@ -77,6 +77,9 @@ struct Snapshot {
   std::string digest;
   SnapshotStats stats;
   double duration_ms = 0;
+  // The sandbox's volumes, which it does not include: they are mounts above the upper layer the
+  // snapshot copies, not part of it.
+  std::vector<std::string> volumes_excluded;
 };
 
 struct Forked {

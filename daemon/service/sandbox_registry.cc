@@ -106,6 +106,8 @@ bool SandboxRegistry::recover_one(const std::string& id, const std::string& dir)
     remove_dir(dir);
     return false;
   }
+  // Before the config moves: the attachments outlive the previous hutchd, as the mounts do.
+  if (volumes_ != nullptr) volumes_->adopt(id, record->config.volumes);
   auto sandbox = std::make_shared<Sandbox>(id, std::move(record->config), record->created_at,
                                            std::move(record->live), dir);
   if (record->paused) sandbox->set_state(SandboxState::kPaused);
@@ -152,6 +154,16 @@ Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config, con
   // After the config's own mounts: hutch's trust is what /etc/hutch holds.
   if (network_ != nullptr && service::uses_engine(config.network)) {
     for (BindMount& bind : service::trust_binds(dir)) spec.binds.push_back(std::move(bind));
+  }
+  // Mounted here, by hutchd (the sandbox's child could not even reach the images in the 0700
+  // state dir); the zygote passes them on, the launch idmaps them and the child attaches them.
+  // Ours close when this returns: the supervisor holds its copies by then.
+  std::vector<UniqueFd> volume_mounts;
+  if (!config.volumes.empty()) {
+    if (volumes_ == nullptr) return plain_error("volumes", "hutchd has no volume store");
+    volume_mounts = HUTCH_TRY(volumes_->open_mounts(config.volumes));
+    for (size_t i = 0; i < volume_mounts.size(); ++i)
+      spec.volumes[i].mount_fd = volume_mounts[i].get();
   }
   auto ref = HUTCH_TRY(zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
                                      dir + "/supervisor.log", kStartTimeout, netns_fd));
@@ -204,8 +216,8 @@ void SandboxRegistry::install_trust(Sandbox& sandbox) const {
 }
 
 Result<SpawnedSandbox> SandboxRegistry::spawn(const SandboxConfig& config, bool pooled,
-                                              int netns_fd) {
-  std::string id = new_id();
+                                              int netns_fd, std::string id) {
+  if (id.empty()) id = new_id();
   std::string dir = sandboxes_dir() + "/" + id;
   if (::mkdir(dir.c_str(), 0700) != 0) return sys_error("mkdir", dir);
   // A record without a ref marks the creation in progress: recover() cleans it up if hutchd
@@ -294,8 +306,22 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
       return std::unexpected(known.error());
   }
   auto started = std::chrono::steady_clock::now();
+  // A sandbox with volumes has its id before it exists: the attachments are reserved under it,
+  // and released on every failed path below (the reservation's destructor).
+  std::string reserved_id;
+  std::optional<service::VolumeReservation> reservation;
+  if (!config.volumes.empty()) {
+    if (volumes_ == nullptr)
+      return service::service_error(ErrorKind::kUnsupported, "unsupported",
+                                    "hutchd has no volume store");
+    reserved_id = new_id();
+    auto reserved = volumes_->reserve(reserved_id, config.volumes);
+    if (!reserved) return std::unexpected(reserved.error());
+    reservation.emplace(std::move(*reserved));
+  }
   std::optional<SpawnedSandbox> spawned;
-  if (pool_ && config.mounts.empty()) spawned = pool_->take(config);
+  // Pooled sandboxes were made without the request's host mounts and volumes.
+  if (pool_ && config.mounts.empty() && config.volumes.empty()) spawned = pool_->take(config);
   const bool from_pool = spawned.has_value();
   // A filtered or open sandbox starts in a namespace whose path and listeners were made ahead,
   // when one is ready; a failed create closes it with `prepared` (never used again).
@@ -303,7 +329,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   if (!from_pool && network_ && service::uses_engine(config.network))
     prepared = network_->take_prepared();
   if (!from_pool) {
-    auto fresh = spawn(config, false, prepared ? prepared->netns.get() : -1);
+    auto fresh = spawn(config, false, prepared ? prepared->netns.get() : -1, reserved_id);
     if (!fresh) return failed(fresh.error());
     spawned.emplace(std::move(*fresh));
   }
@@ -336,6 +362,7 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
   spdlog::info("sandbox={} request={} created in {:.1f} ms{}{} (init pid {})", spawned->id,
                request_id, seconds * 1000, from_pool ? " from the warm pool" : "",
                made_ahead ? " in a namespace made ahead" : "", sandbox->live().ref().init_pid);
+  if (reservation) reservation->keep();  // registered below: its teardown releases them (forget)
   std::lock_guard lock(mutex_);
   sandboxes_[spawned->id] = sandbox;
   return sandbox;
@@ -379,6 +406,8 @@ void SandboxRegistry::forget(const std::shared_ptr<Sandbox>& sandbox) {
     if (it != sandboxes_.end() && it->second == sandbox) sandboxes_.erase(it);
   }
   remove_dir(sandbox->dir());
+  // Its processes are dead and its mount namespace with them: the volumes are free.
+  if (volumes_ != nullptr) volumes_->release(sandbox->id());
   if (on_destroyed_) on_destroyed_(sandbox->id());
 }
 
@@ -412,6 +441,9 @@ ServiceResult<bool> SandboxRegistry::destroy_soon(const std::string& id,
     // background teardown below waits for it instead. ESRCH: init is gone already.
     if (pidfd_signal(sandbox->live().init_pidfd(), SIGKILL) != 0 && errno != ESRCH)
       spdlog::warn("sandbox={} pidfd_signal(init, SIGKILL): {}", id, std::strerror(errno));
+    // Its processes can write no more: a client that deletes a sandbox and at once creates the
+    // next one with its volume must not be refused while the teardown finishes.
+    if (volumes_ != nullptr) volumes_->end(id);
     std::lock_guard lock(mutex_);
     sandboxes_.erase(id);
   }

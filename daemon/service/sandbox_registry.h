@@ -19,6 +19,7 @@
 #include "daemon/service/error.h"
 #include "daemon/service/network_service.h"
 #include "daemon/service/sandbox.h"
+#include "daemon/service/volume_service.h"
 #include "daemon/warm_pool.h"
 #include "daemon/zygote.h"
 
@@ -111,6 +112,10 @@ class SandboxRegistry {
   // The host directories a create's "mounts" may come from (daemon/service/host_mounts.h).
   void set_mount_roots(std::vector<std::string> roots) { mount_roots_ = std::move(roots); }
   service::NetworkService* network() const { return network_; }
+  // hutchd's persistent volumes, set before recover() and serving. Without it, a create with
+  // volumes is refused (unsupported).
+  void set_volumes(service::VolumeService* volumes) { volumes_ = volumes; }
+  service::VolumeService* volumes() const { return volumes_; }
   // PUT .../network: the engine's policy, then the sandbox's and its record. Errors:
   // service::NetworkService::set_policy's, the record's.
   service::ServiceResult<void> set_network_policy(Sandbox& sandbox, const net::Policy& policy);
@@ -125,8 +130,10 @@ class SandboxRegistry {
   // A new live sandbox with its dir and its record ("creating" until registered, "pooled" for a
   // warm pool's).
   // `netns_fd` (>= 0): the network namespace made ahead it joins (service::PreparedEgress).
-  Result<SpawnedSandbox> spawn(const SandboxConfig& config, bool pooled, int netns_fd = -1);
-  // A supervisor started from `config` in `dir`, connected.
+  // `id`: the one reserved for it (its volumes are), else a new one.
+  Result<SpawnedSandbox> spawn(const SandboxConfig& config, bool pooled, int netns_fd = -1,
+                               std::string id = "");
+  // A supervisor started from `config` in `dir`, connected, with its volumes mounted.
   Result<LiveSandbox> start_live(const SandboxConfig& config, const std::string& dir,
                                  int netns_fd = -1) const;
   void warm_up(const LiveSandbox& live) const;
@@ -162,6 +169,7 @@ class SandboxRegistry {
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   std::function<void(const std::string&)> on_destroyed_;  // set before serving
   service::NetworkService* network_ = nullptr;            // set before serving
+  service::VolumeService* volumes_ = nullptr;             // set before serving
   std::vector<std::string> mount_roots_;
   std::unique_ptr<WarmPool> pool_;
   // destroy_soon's queue: sandboxes whose processes are dead and whose teardown is pending.

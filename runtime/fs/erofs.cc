@@ -1,75 +1,34 @@
 #include "runtime/fs/erofs.h"
 
 #include <fcntl.h>
-#include <linux/loop.h>
-#include <spawn.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "runtime/base/run_tool.h"
 #include "runtime/base/text_file.h"
-
-extern char** environ;
+#include "runtime/fs/loop_device.h"
 
 namespace hutch {
-namespace {
-
-constexpr int kLoopAttempts = 16;  // another process may take the free device we were offered
-
-}  // namespace
 
 Result<void> make_erofs_image(const std::string& tree, const std::string& image) {
   // --chunksize: holes of sparse files stay holes (else they are written out as zeros).
-  std::vector<std::string> args = {"mkfs.erofs",       "--quiet", "--preserve-mtime",
-                                   "--chunksize=4096", image,     tree};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  int err = posix_spawnp(&pid, "mkfs.erofs", nullptr, nullptr, argv.data(), environ);
-  if (err != 0) {
-    return sys_error("posix_spawnp",
-                     "mkfs.erofs (install Debian's erofs-utils: scripts/setup.sh does)", err);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return sys_error("waitpid", "mkfs.erofs");
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return plain_error("mkfs.erofs",
-                       image + " from " + tree + " failed (status " + std::to_string(status) + ")");
-  }
+  auto made =
+      run_tool({"mkfs.erofs", "--quiet", "--preserve-mtime", "--chunksize=4096", image, tree},
+               "Debian's erofs-utils: scripts/setup.sh does");
+  if (!made)
+    return plain_error("mkfs.erofs", image + " from " + tree + ": " + made.error().message());
   return {};
 }
 
 Result<UniqueFd> open_erofs_tree(const std::string& image) {
   UniqueFd backing(open(image.c_str(), O_RDONLY | O_CLOEXEC));
   if (!backing) return sys_error("open", image);
-  UniqueFd control(open("/dev/loop-control", O_RDWR | O_CLOEXEC));
-  if (!control) return sys_error("open", "/dev/loop-control");
-  UniqueFd loop;
-  std::string device;
-  for (int attempt = 0; !loop; ++attempt) {
-    int number = ioctl(control.get(), LOOP_CTL_GET_FREE);
-    if (number < 0) return sys_error("ioctl", "LOOP_CTL_GET_FREE");
-    device = "/dev/loop" + std::to_string(number);
-    UniqueFd candidate(open(device.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!candidate) return sys_error("open", device);
-    loop_config config{};
-    config.fd = static_cast<uint32_t>(backing.get());
-    config.info.lo_flags = LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR;
-    if (ioctl(candidate.get(), LOOP_CONFIGURE, &config) == 0) {
-      loop = std::move(candidate);
-    } else if (errno != EBUSY || attempt + 1 == kLoopAttempts) {
-      return sys_error("ioctl", "LOOP_CONFIGURE " + device + " with " + image);
-    }
-  }
+  LoopDevice loop = HUTCH_TRY(attach_loop_device(backing.get(), image, true));
+  const std::string& device = loop.path;
   UniqueFd context(fsopen("erofs", FSOPEN_CLOEXEC));
   if (!context) return sys_error("fsopen", "erofs");
   if (fsconfig(context.get(), FSCONFIG_SET_STRING, "source", device.c_str(), 0) != 0)

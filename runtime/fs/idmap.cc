@@ -34,6 +34,16 @@ Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_
                    std::string(idmap ? "MOUNT_ATTR_IDMAP" : "MOUNT_ATTR_RDONLY") + " on " + path);
 }
 
+Result<void> idmap_mount(int mount_fd, int userns_fd, bool read_only, const std::string& what) {
+  mount_attr attr{};
+  attr.attr_set =
+      MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (read_only ? MOUNT_ATTR_RDONLY : 0);
+  attr.userns_fd = static_cast<unsigned>(userns_fd);
+  if (mount_setattr(mount_fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    return sys_error("mount_setattr", "MOUNT_ATTR_IDMAP on " + what);
+  return {};
+}
+
 Result<UniqueFd> open_writable_tree(const std::string& dir) {
   UniqueFd tree(open_tree(AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   if (!tree) return sys_error("open_tree", dir);

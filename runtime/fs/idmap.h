@@ -20,6 +20,11 @@ namespace hutch {
 // an error saying so where its filesystem cannot be (tmpfs before Linux 6.3, NFS, ...).
 Result<UniqueFd> open_idmapped_tree(const std::string& path, int userns_fd, uid_t sandbox_root);
 
+// Idmaps `mount_fd`, a detached mount never attached (fsmount(2)), through `userns_fd`, and sets
+// nosuid, nodev and, when `read_only`, read-only on it: a volume's mount (runtime/spec.h
+// VolumeMount), whose files are uid 0 on disk. `what` names it in errors.
+Result<void> idmap_mount(int mount_fd, int userns_fd, bool read_only, const std::string& what);
+
 // A detached clone of `dir`, writable, nosuid and nodev, not idmapped: a host upper dir, whose
 // files get the sandbox's host ids as they are created.
 Result<UniqueFd> open_writable_tree(const std::string& dir);

@@ -242,6 +242,15 @@ bool bind_op(int root_fd, const MountOp& op, ChildError* error) {
                      op.attrs, error);
 }
 
+// A mount the parent made (a volume's), attached at op.path; the child's copy of the fd is closed
+// then: init must not keep it past the mount's life.
+bool attach_mount(int root_fd, const MountOp& op, ChildError* error) {
+  Fd tree(op.fd);
+  Fd target(open_beneath(root_fd, op.path.c_str(), O_PATH | O_DIRECTORY));
+  if (target.fd < 0) return fail(error, "openat2(no symlinks)", op.path.c_str());
+  return attach(tree.fd, target.fd, op.path.c_str(), error);
+}
+
 bool make_read_only(int root_fd, const MountOp& op, ChildError* error) {
   Fd target(open_beneath(root_fd, op.path.c_str(), O_PATH));
   if (target.fd < 0)
@@ -303,6 +312,8 @@ bool run_op(int root_fd, const MountOp& op, ChildError* error) {
     case MountOp::Kind::kSymlink:
     case MountOp::Kind::kWriteFile:
       return write_file(root_fd, op, error);
+    case MountOp::Kind::kAttach:
+      return attach_mount(root_fd, op, error);
   }
   return fail(error, "mount plan", "unknown step", EINVAL);
 }

@@ -147,6 +147,18 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
     step.attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     ops.push_back(std::move(step));
   }
+  for (const VolumeMount& volume : spec.volumes) {
+    if (!is_normal_absolute(volume.target) || volume.target == "/") {
+      return plain_error(
+          "volume", "target \"" + volume.target + "\" is not a normalized absolute path below /");
+    }
+    if (volume.mount_fd < 0) return plain_error("volume", "no mount for " + volume.target);
+    ops.push_back(mkdir_op(volume.target, 0755));
+    MountOp step = op(MountOp::Kind::kAttach, volume.target);
+    step.fd = volume.mount_fd;
+    ops.push_back(std::move(step));
+  }
+  // After the volumes: a workdir inside one is made in it.
   ops.push_back(mkdir_op(spec.workdir, 0755, spec.uid, spec.gid));
   return plan;
 }

@@ -25,6 +25,7 @@ struct MountOp {
     kReadOnly,   // path and everything below it read-only, when path exists
     kSymlink,    // path -> source
     kWriteFile,  // path with contents = source, mode
+    kAttach,     // the detached mount `fd` (inherited from the parent) at path, then fd closed
   };
   Kind kind;
   std::string path;
@@ -41,6 +42,7 @@ struct MountOp {
   // kBind with BindFrom::kLauncher: the detached tree the launcher opened (launch.cc), inherited
   // by the child through clone3.
   int source_fd = -1;
+  int fd = -1;  // kAttach
 };
 
 struct MountPlan {

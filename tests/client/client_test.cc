@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/common/command.h"
@@ -118,6 +119,33 @@ TEST_F(ClientTest, CreateInspectLsFilterAndIdempotentRm) {
   CommandResult gone = client("inspect", {ml});
   EXPECT_EQ(gone.exit_code, 125);
   EXPECT_TRUE(gone.err.starts_with("hutch: sandbox_not_found: ")) << gone.err;
+}
+
+TEST_F(ClientTest, VolumeCreateMountListAndRemove) {
+  CommandResult made = client("volume", {"create", "ws", "32M"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(made.out, "ws\n");
+  std::string id = create({"--volume", "ws:/workspace"});
+  CommandResult wrote = client("exec", {id, "--", "sh", "-c", "echo hi > /workspace/f"});
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.err;
+  CommandResult listed = client("volume", {"ls"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_TRUE(listed.out.starts_with("NAME\tSIZE\tUSED\tATTACHED\n")) << listed.out;
+  EXPECT_NE(listed.out.find("ws\t33554432\t"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find(id + ":/workspace"), std::string::npos) << listed.out;
+  CommandResult busy = client("volume", {"rm", "ws"});
+  EXPECT_EQ(busy.exit_code, 125);
+  EXPECT_TRUE(busy.err.starts_with("hutch: volume_busy: ")) << busy.err;
+  ASSERT_EQ(client("rm", {id}).exit_code, 0);
+  std::string reader = create({"--volume", "ws:/w:ro"});
+  CommandResult read = client("exec", {reader, "--", "cat", "/w/f"});
+  EXPECT_EQ(read.out, "hi\n") << read.err;
+  ASSERT_EQ(client("rm", {reader}).exit_code, 0);
+  // The teardown of `rm` without wait may still hold it for a moment.
+  for (int i = 0; i < 100 && client("volume", {"rm", "ws"}).exit_code != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CommandResult none = client("volume", {"ls", "--json"});
+  EXPECT_EQ(json::parse(none.out), json::array()) << none.out;
 }
 
 TEST_F(ClientTest, ExecStreamsBothStreamsAndPropagatesTheExitCode) {

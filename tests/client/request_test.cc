@@ -84,6 +84,27 @@ TEST(CreateBody, RefusesBadValuesNamingThem) {
   EXPECT_TRUE(contains(error_message(create_body(net)), "host"));
 }
 
+TEST(CreateBody, CarriesVolumes) {
+  CreateOptions options;
+  options.volumes = {"ws:/workspace", "cache:/root/.cache:ro"};
+  auto body = create_body(options);
+  ASSERT_TRUE(body) << body.error().message();
+  EXPECT_EQ((*body)["volumes"],
+            json::parse(R"([{"name":"ws","target":"/workspace","readonly":false},
+                            {"name":"cache","target":"/root/.cache","readonly":true}])"));
+  for (const char* bad : {"ws", ":/w", "ws:relative", "ws:"}) {
+    options.volumes = {bad};
+    EXPECT_FALSE(create_body(options)) << bad;
+  }
+}
+
+TEST(VolumeBody, ParsesTheSize) {
+  auto body = volume_body("ws", "1G");
+  ASSERT_TRUE(body) << body.error().message();
+  EXPECT_EQ(*body, json({{"name", "ws"}, {"size_bytes", uint64_t{1} << 30}}));
+  EXPECT_FALSE(volume_body("ws", "lots"));
+}
+
 TEST(ExecBody, CarriesArgvAndOptions) {
   ExecOptions options;
   options.argv = {"sh", "-c", "echo hi"};

@@ -223,5 +223,48 @@ TEST(JsonCodec, NetworkErrorsNameTheEntry) {
   EXPECT_NE(message_of(7).find("network must be"), std::string::npos);
 }
 
+// A create's volumes: decoded, kept by the record (round trip), put in the spec without a mount
+// (start_live opens them); every refusal is bad_volume.
+TEST(JsonCodec, VolumesAreCheckedAndRecorded) {
+  json body = {{"volumes",
+                {{{"name", "ws"}, {"target", "/workspace"}},
+                 {{"name", "cache"}, {"target", "/c"}, {"readonly", true}, {"shared", true}}}}};
+  SandboxConfig config = parse_sandbox_config(body);
+  ASSERT_EQ(config.volumes.size(), 2u);
+  EXPECT_FALSE(config.volumes[0].read_only);
+  EXPECT_TRUE(config.volumes[1].read_only);
+  EXPECT_TRUE(config.volumes[1].shared);
+  EXPECT_EQ(config_to_json(parse_sandbox_config(config_to_json(config), ConfigSource::kRecord)),
+            config_to_json(config));
+  SandboxSpec spec = build_spec(config, "/var/lib/hutch");
+  ASSERT_EQ(spec.volumes.size(), 2u);
+  EXPECT_EQ(spec.volumes[0].target, "/workspace");
+  EXPECT_EQ(spec.volumes[0].mount_fd, -1);
+  EXPECT_TRUE(spec.volumes[1].read_only);
+  auto code_of = [](const json& volumes) {
+    try {
+      parse_sandbox_config({{"volumes", volumes}});
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.code;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(code_of({{{"name", ".."}, {"target", "/w"}}}), "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "a/b"}, {"target", "/w"}}}), "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "ws"}, {"target", "/"}}}), "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "ws"}, {"target", "/w/../x"}}}), "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "ws"}, {"target", "/a"}}, {{"name", "ws"}, {"target", "/b"}}}),
+            "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "a"}, {"target", "/w"}}, {{"name", "b"}, {"target", "/w"}}}),
+            "bad_volume");
+  json five = json::array();
+  for (int i = 0; i < 5; ++i)
+    five.push_back({{"name", "v" + std::to_string(i)}, {"target", "/v" + std::to_string(i)}});
+  EXPECT_EQ(code_of(five), "bad_volume");
+  EXPECT_EQ(code_of({{{"name", "ws"}, {"target", "/w"}, {"size", 1}}}), "bad_request");
+  EXPECT_EQ(code_of("ws"), "bad_request");
+}
+
 }  // namespace
 }  // namespace hutch::daemon

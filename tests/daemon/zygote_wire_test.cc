@@ -25,6 +25,7 @@ SandboxSpec unusual_spec() {
   spec.binds = {{"/srv/data", "/data", false},
                 {"/srv/ro", "/ro", true, BindFrom::kLauncher},
                 {"/ro/bundle.pem", "/etc/ssl/cert.pem", true, BindFrom::kSandbox, true}};
+  spec.volumes = {{7, "/workspace", false}, {8, "/cache", true}};
   spec.uid = 1000;
   spec.gid = 1001;
   spec.ids = {2'000'000'000, 131072};
@@ -59,9 +60,9 @@ bool same_binds(const std::vector<BindMount>& a, const std::vector<BindMount>& b
 TEST(ZygoteWire, EveryFieldRoundTrips) {
   const SandboxSpec sent = unusual_spec();
   const SandboxSpec received = spec_from_json(spec_to_json(sent));
-  const auto& [lower_dirs, layers, upper_dir, argv, env, workdir, hostname, net, binds, uid, gid,
-               ids, disk_bytes, timeout, limits, cgroup, cgroup_parent, sweep_stale_cgroups,
-               state_dir, capabilities, seccomp] = received;
+  const auto& [lower_dirs, layers, upper_dir, argv, env, workdir, hostname, net, binds, volumes,
+               uid, gid, ids, disk_bytes, timeout, limits, cgroup, cgroup_parent,
+               sweep_stale_cgroups, state_dir, capabilities, seccomp] = received;
   EXPECT_EQ(lower_dirs, sent.lower_dirs);
   EXPECT_EQ(layers, sent.layers);
   EXPECT_EQ(upper_dir, sent.upper_dir);
@@ -70,6 +71,13 @@ TEST(ZygoteWire, EveryFieldRoundTrips) {
   EXPECT_EQ(hostname, sent.hostname);
   EXPECT_EQ(net, sent.net);
   EXPECT_TRUE(same_binds(binds, sent.binds));
+  ASSERT_EQ(volumes.size(), sent.volumes.size());
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    const auto& [mount_fd, target, read_only] = volumes[i];
+    EXPECT_EQ(mount_fd, -1);  // the fd travels beside the JSON (daemon/zygote.h)
+    EXPECT_EQ(target, sent.volumes[i].target);
+    EXPECT_EQ(read_only, sent.volumes[i].read_only);
+  }
   EXPECT_EQ(uid, sent.uid);
   EXPECT_EQ(gid, sent.gid);
   const auto& [host_base, count] = ids;

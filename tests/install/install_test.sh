@@ -135,7 +135,7 @@ case $mode in
     depends=$(dpkg-deb --field "$deb" Depends)
     echo "Depends: $depends"
     # dpkg-shlibdeps's, from hutchd, hutch-client and hutch-image, and the tools hutch runs.
-    for dep in erofs-utils libc6 libstdc++6 libcpp-httplib0.11 libarchive13 libspdlog1.10-fmt9; do
+    for dep in erofs-utils e2fsprogs libc6 libstdc++6 libcpp-httplib0.11 libarchive13 libspdlog1.10-fmt9; do
       [[ ", $depends," == *", $dep "* || ", $depends," == *", $dep,"* ]] ||
         fail "Depends lacks $dep: $depends"
     done

@@ -305,6 +305,36 @@ TEST(MountPlan, RejectsNonNormalWorkdir) {
   }
 }
 
+TEST(MountPlan, VolumesAreAttachedAfterBindsAndBeforeTheWorkdir) {
+  SandboxSpec spec = make_spec();
+  spec.binds = {{"/srv/data", "/data", true}};
+  spec.volumes = {{5, "/workspace", false}, {6, "/cache/pip", true}};
+  spec.workdir = "/workspace/project";
+  MountPlan plan = build_ok(spec);
+  const int bind = index_of(plan, Kind::kBind, "/data");
+  const int workspace = index_of(plan, Kind::kAttach, "/workspace");
+  const int cache = index_of(plan, Kind::kAttach, "/cache/pip");
+  const int workdir = index_of(plan, Kind::kMkdir, "/workspace/project");
+  ASSERT_GE(bind, 0);
+  ASSERT_GT(workspace, bind);
+  ASSERT_GT(cache, workspace);
+  EXPECT_GT(workdir, cache);  // made inside the volume
+  EXPECT_EQ(plan.ops[workspace].fd, 5);
+  EXPECT_EQ(plan.ops[cache].fd, 6);
+  EXPECT_LT(index_of(plan, Kind::kMkdir, "/cache/pip"), cache);  // its mount point first
+}
+
+TEST(MountPlan, RejectsBadVolumes) {
+  for (const char* target : {"/", "relative", "/a/../b", "/a//b", ""}) {
+    SandboxSpec spec = make_spec();
+    spec.volumes = {{5, target, false}};
+    EXPECT_FALSE(build_mount_plan(spec)) << target;
+  }
+  SandboxSpec no_fd = make_spec();
+  no_fd.volumes = {{-1, "/workspace", false}};
+  EXPECT_FALSE(build_mount_plan(no_fd));
+}
+
 TEST(MountPlan, WorkdirIsCreatedLastAndOwnedByTheUser) {
   SandboxSpec spec = make_spec();
   spec.workdir = "/work/dir";

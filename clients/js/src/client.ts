@@ -3,7 +3,7 @@
 import { HutchError } from "./errors.js";
 import { Sandbox, sandboxInfo } from "./sandbox.js";
 import { ClientOptions, readAll, Transport } from "./transport.js";
-import type { BakeResult, CreateOptions, RecipeInfo, SecretInfo } from "./types.js";
+import type { BakeResult, CreateOptions, RecipeInfo, SecretInfo, VolumeInfo } from "./types.js";
 
 type Raw = Record<string, any>;
 
@@ -21,7 +21,18 @@ function createBody(options: CreateOptions): Raw {
   if (options.hostname !== undefined) body.hostname = options.hostname;
   if (options.workdir !== undefined) body.workdir = options.workdir;
   if (options.mounts !== undefined) body.mounts = options.mounts;
+  if (options.volumes !== undefined) body.volumes = options.volumes;
   return body;
+}
+
+function volumeInfo(raw: Raw): VolumeInfo {
+  return {
+    name: raw.name, sizeBytes: raw.size_bytes, created: raw.created,
+    usedBytes: raw.used_bytes ?? null, availableBytes: raw.available_bytes ?? null,
+    attached: (raw.attached as Raw[] ?? []).map((a) => ({
+      sandbox: a.sandbox, target: a.target, readonly: Boolean(a.readonly), shared: Boolean(a.shared), ending: Boolean(a.ending),
+    })),
+  };
 }
 
 function labelQuery(labels: Record<string, string> | undefined): string[] | undefined {
@@ -61,6 +72,28 @@ export class HutchClient {
 
   async deleteSecret(name: string): Promise<void> {
     await this.transport.json("DELETE", `/v1/secrets/${encodeURIComponent(name)}`);
+  }
+
+  /**
+   * A persistent volume of `sizeBytes` (its quota: a multiple of 4096, 16 MiB..1 TiB) that
+   * outlives the sandboxes it is mounted in (create's `volumes`). HutchError volume_exists if taken.
+   */
+  async createVolume(name: string, sizeBytes: number): Promise<VolumeInfo> {
+    return volumeInfo(await this.transport.json<Raw>("POST", "/v1/volumes", { json: { name, size_bytes: sizeBytes } }));
+  }
+
+  async volumes(): Promise<VolumeInfo[]> {
+    return ((await this.transport.json<Raw>("GET", "/v1/volumes")).volumes as Raw[]).map(volumeInfo);
+  }
+
+  /** The volume with its usage and attachments; HutchError volume_not_found if there is none. */
+  async volume(name: string): Promise<VolumeInfo> {
+    return volumeInfo(await this.transport.json<Raw>("GET", `/v1/volumes/${encodeURIComponent(name)}`));
+  }
+
+  /** Deletes the volume and its files; HutchError volume_busy while a sandbox has it attached. */
+  async deleteVolume(name: string): Promise<void> {
+    await this.transport.json("DELETE", `/v1/volumes/${encodeURIComponent(name)}`);
   }
 
   /** An existing sandbox; HutchError sandbox_not_found if there is none. */

@@ -70,7 +70,7 @@ function fileEntry(raw: Raw): FileEntry {
 function snapshotResult(raw: Raw): SnapshotResult {
   return {
     name: raw.name, digest: raw.digest, files: raw.files, bytes: raw.bytes,
-    frozenMs: raw.frozen_ms, durationMs: raw.duration_ms,
+    frozenMs: raw.frozen_ms, durationMs: raw.duration_ms, volumesExcluded: raw.volumes_excluded ?? [],
   };
 }
 

@@ -23,6 +23,8 @@ export interface CreateOptions {
   workdir?: string;
   /** Host directories under hutchd's --mount-root, read-only unless readonly: false. */
   mounts?: { source: string; target: string; readonly?: boolean }[];
+  /** Persistent volumes (createVolume) to mount; `shared`: read-write beside other shared writers. */
+  volumes?: { name: string; target: string; readonly?: boolean; shared?: boolean }[];
   signal?: AbortSignal;
 }
 
@@ -180,6 +182,27 @@ export interface SnapshotResult {
   bytes: number;
   frozenMs: number;
   durationMs: number;
+  /** The sandbox's volumes, which the snapshot does not include (mounts, not layers). */
+  volumesExcluded: string[];
+}
+
+export interface VolumeAttachment {
+  sandbox: string;
+  target: string;
+  readonly: boolean;
+  shared: boolean;
+  /** The sandbox is being torn down. */
+  ending: boolean;
+}
+
+/** A persistent volume: sizeBytes is its quota; usedBytes/availableBytes null when unknown. */
+export interface VolumeInfo {
+  name: string;
+  sizeBytes: number;
+  created: string;
+  usedBytes: number | null;
+  availableBytes: number | null;
+  attached: VolumeAttachment[];
 }
 
 export interface RecipeInfo {

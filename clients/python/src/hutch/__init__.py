@@ -13,11 +13,11 @@ from hutch.errors import (AlreadyExists, BadRequest, BakeFailed, CheckpointNotFo
                           NotEmpty, NotFound, NotUnique, PayloadTooLarge, PermissionDenied,
                           ProcessNotFound, ProtocolError, RecipeNotFound, SandboxNotFound,
                           SandboxPaused, ServerError, TooManyRequests, Unauthorized, Unavailable,
-                          Unprocessable)
+                          Unprocessable, VolumeBusy, VolumeExists, VolumeNotFound)
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
                           GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
                           PortToken, ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
-                          TextWindow, WatchEvent)
+                          TextWindow, Volume, VolumeAttachment, WatchEvent)
 
 __version__ = "0.1.0"
 
@@ -29,9 +29,10 @@ __all__ = [
     "FileNotFound", "RecipeNotFound", "CheckpointNotFound", "Conflict", "SandboxPaused",
     "AlreadyExists", "IsDirectory", "NotADirectory", "NotEmpty", "PayloadTooLarge",
     "Unprocessable", "NoMatch", "NotUnique", "BakeFailed", "TooManyRequests", "ServerError",
-    "Unavailable", "InsufficientStorage", "CommandError",
+    "Unavailable", "InsufficientStorage", "CommandError", "VolumeNotFound", "VolumeBusy",
+    "VolumeExists",
     "SandboxInfo", "ExecResult", "OutputEvent", "ProcessStatus", "OutputChunk", "FileEntry",
     "TextWindow", "GrepMatch", "GrepResult", "FileResult", "Recipe", "BakeResult",
     "SnapshotResult", "Checkpoint", "Health", "Pool", "WatchEvent", "NetworkState", "SecretInfo",
-    "PortToken",
+    "PortToken", "Volume", "VolumeAttachment",
 ]

@@ -15,7 +15,7 @@ from hutch.errors import CommandError, FileNotFound, HutchError, ProtocolError
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
                           GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
                           PortToken, ProcessStatus, Recipe, SandboxInfo, SecretInfo, SnapshotResult,
-                          TextWindow, WatchEvent)
+                          TextWindow, Volume, WatchEvent)
 
 Command = Union[str, Sequence[str]]
 PathLike = Union[str, "os.PathLike[str]"]
@@ -78,14 +78,18 @@ class Client:
                default_timeout_seconds: float | None = None,
                network: str | dict[str, Any] | None = None, hostname: str | None = None,
                workdir: str | None = None,
-               mounts: list[dict[str, Any]] | None = None) -> Sandbox:
+               mounts: list[dict[str, Any]] | None = None,
+               volumes: list[dict[str, Any]] | None = None) -> Sandbox:
         """Creates a sandbox (`POST /v1/sandboxes`); every argument is optional. `mounts`:
-        `[{"source": host dir under hutchd's --mount-root, "target": path, "readonly": bool}]`."""
+        `[{"source": host dir under hutchd's --mount-root, "target": path, "readonly": bool}]`.
+        `volumes`: `[{"name": a volume (create_volume), "target": path, "readonly": bool,
+        "shared": bool}]`; VolumeBusy when another sandbox has one read-write."""
         fields = {"rootfs": rootfs, "recipe": recipe, "limits": limits, "env": env,
                   "labels": labels, "idle_ttl_seconds": idle_ttl_seconds,
                   "max_lifetime_seconds": max_lifetime_seconds,
                   "default_timeout_seconds": default_timeout_seconds, "network": network,
-                  "hostname": hostname, "workdir": workdir, "mounts": mounts}
+                  "hostname": hostname, "workdir": workdir, "mounts": mounts,
+                  "volumes": volumes}
         body = {k: v for k, v in fields.items() if v is not None}
         return Sandbox(self, SandboxInfo.from_json(
             self.transport.call("POST", "/v1/sandboxes", json_body=body)))
@@ -152,6 +156,25 @@ class Client:
 
     def delete_secret(self, name: str) -> None:
         self.transport.call("DELETE", "/v1/secrets/" + _q(name))
+
+    # ---- volumes ----
+
+    def create_volume(self, name: str, size_bytes: int) -> Volume:
+        """A persistent volume of `size_bytes` (its quota: a multiple of 4096, 16 MiB..1 TiB)
+        that outlives the sandboxes it is mounted in (create's `volumes`); VolumeExists if taken."""
+        return Volume.from_json(self.transport.call(
+            "POST", "/v1/volumes", json_body={"name": name, "size_bytes": size_bytes}))
+
+    def volumes(self) -> list[Volume]:
+        return [Volume.from_json(v) for v in self.transport.call("GET", "/v1/volumes")["volumes"]]
+
+    def volume(self, name: str) -> Volume:
+        """The volume `name` with its usage and attachments; VolumeNotFound if there is none."""
+        return Volume.from_json(self.transport.call("GET", "/v1/volumes/" + _q(name)))
+
+    def delete_volume(self, name: str) -> None:
+        """Deletes the volume and its files; VolumeBusy while a sandbox has it attached."""
+        self.transport.call("DELETE", "/v1/volumes/" + _q(name))
 
     def gc_layers(self, grace_seconds: float | None = None) -> list[str]:
         """Removes unused layers older than `grace_seconds` (hutchd's default 600)."""

@@ -95,6 +95,19 @@ class Conflict(HutchError):
     """409: paused sandbox, closed stdin, is_directory, already_exists, not_empty, ..."""
 
 
+class VolumeNotFound(NotFound):
+    """No volume of that name (`volume_not_found`)."""
+
+
+class VolumeBusy(Conflict):
+    """The volume is attached read-write to another sandbox, or in use when deleted
+    (`volume_busy`; the message names the sandbox)."""
+
+
+class VolumeExists(Conflict):
+    """A volume of that name exists (`volume_exists`)."""
+
+
 class SandboxPaused(Conflict):
     pass
 
@@ -177,6 +190,9 @@ _BY_CODE: dict[str, type[HutchError]] = {
     "file_not_found": FileNotFound,
     "recipe_not_found": RecipeNotFound,
     "checkpoint_not_found": CheckpointNotFound,
+    "volume_not_found": VolumeNotFound,
+    "volume_busy": VolumeBusy,
+    "volume_exists": VolumeExists,
     "sandbox_paused": SandboxPaused,
     "already_exists": AlreadyExists,
     "is_directory": IsDirectory,

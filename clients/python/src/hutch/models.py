@@ -223,13 +223,16 @@ class SnapshotResult:
     bytes: int = 0
     frozen_ms: float = 0.0
     duration_ms: float = 0.0
+    # The sandbox's volumes, which the snapshot does not include (they are mounts, not layers).
+    volumes_excluded: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotResult:
         return cls(name=data["name"], digest=data.get("digest", ""),
                    files=int(data.get("files") or 0), bytes=int(data.get("bytes") or 0),
                    frozen_ms=float(data.get("frozen_ms") or 0.0),
-                   duration_ms=float(data.get("duration_ms") or 0.0))
+                   duration_ms=float(data.get("duration_ms") or 0.0),
+                   volumes_excluded=list(data.get("volumes_excluded") or []))
 
 
 @dataclass
@@ -305,6 +308,44 @@ class SecretInfo:
     def from_json(cls, data: dict[str, Any]) -> SecretInfo:
         return cls(name=str(data["name"]), source=str(data.get("source", "")),
                    updated=str(data.get("updated", "")))
+
+
+@dataclass
+class VolumeAttachment:
+    """A sandbox a volume is mounted in, at `target`."""
+
+    sandbox: str
+    target: str
+    readonly: bool = False
+    shared: bool = False
+    ending: bool = False  # the sandbox is being torn down
+
+
+@dataclass
+class Volume:
+    """A persistent volume: `size_bytes` is its quota; `used_bytes` and `available_bytes` what its
+    filesystem holds now (None when hutchd could not look)."""
+
+    name: str
+    size_bytes: int
+    created: str = ""
+    used_bytes: int | None = None
+    available_bytes: int | None = None
+    attached: list[VolumeAttachment] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Volume:
+        def count(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+        return cls(name=str(data["name"]), size_bytes=int(data["size_bytes"]),
+                   created=str(data.get("created", "")), used_bytes=count("used_bytes"),
+                   available_bytes=count("available_bytes"),
+                   attached=[VolumeAttachment(sandbox=str(a["sandbox"]), target=str(a["target"]),
+                                              readonly=bool(a.get("readonly", False)),
+                                              shared=bool(a.get("shared", False)),
+                                              ending=bool(a.get("ending", False)))
+                             for a in data.get("attached") or []])
 
 
 @dataclass
