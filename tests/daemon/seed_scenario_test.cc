@@ -597,7 +597,7 @@ TEST_F(SeedScenario, HostileTrafficIsRefused) {
   EXPECT_TRUE(denied("evil.test", 53, "default", "(over TCP)"));
   EXPECT_TRUE(denied("mirror.test", 443, "name", "names disagree: dns \"mirror.test\", sni"));
   EXPECT_TRUE(denied("mirror.test", 80, "name", "names disagree: dns \"mirror.test\", host"));
-  EXPECT_TRUE(denied("api.test", 443, "inject", "is not the TLS server name"));
+  EXPECT_TRUE(denied("api.test", 443, "name", "is not the TLS server name"));
   EXPECT_TRUE(denied("", 443, "default", "no allow rule matches 198.51.100.10:443"));
   EXPECT_TRUE(denied("evil.test", 443, "default", "no allow rule names evil.test"));
   EXPECT_TRUE(denied("mirror.test", 80, "inject", "the placeholder of secret OPENAI_API_KEY"));
