@@ -130,6 +130,28 @@ TEST_F(MountsTest, ARollbackNeverBindsASourceSwappedForASymlinkOutOfTheRoot) {
   EXPECT_EQ(rolled.raw.find("host secret"), std::string::npos);
 }
 
+// A volume's mount and the mounts' trees travel in one message to the zygote (volumes first,
+// then one tree per mount, in order): each lands at its own target.
+TEST_F(MountsTest, MountsAndAVolumeTogetherEachLandWhereAsked) {
+  ASSERT_EQ(daemon_->post("/v1/volumes", {{"name", "ws"}, {"size_bytes", 32 << 20}}).status, 201);
+  auto created = daemon_->post(
+      "/v1/sandboxes",
+      {{"volumes", {{{"name", "ws"}, {"target", "/workspace"}}}},
+       {"mounts",
+        {{{"source", allowed_ + "/shared"}, {"target", "/shared"}, {"readonly", false}},
+         {{"source", allowed_ + "/skill"}, {"target", "/skills/skill"}}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  std::string id = created.body["id"];
+  auto seen = exec(id, {{"command",
+                         "cat /skills/skill/SKILL.md; echo v > /workspace/v && echo volume; "
+                         "echo s > /shared/s && echo shared; grep -c ' /workspace ' "
+                         "/proc/self/mountinfo"}});
+  EXPECT_EQ(seen["stdout"], "use the force\nvolume\nshared\n1\n") << seen.dump();
+  struct stat st;
+  EXPECT_EQ(::stat((allowed_ + "/shared/s").c_str(), &st), 0);
+  EXPECT_NE(::stat((allowed_ + "/shared/v").c_str(), &st), 0);
+}
+
 TEST_F(DaemonTest, MountsNeedAMountRoot) {
   auto reply =
       daemon_->post("/v1/sandboxes", {{"mounts", {{{"source", "/tmp"}, {"target", "/m"}}}}});
