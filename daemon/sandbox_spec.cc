@@ -48,6 +48,8 @@ SandboxSpec build_spec(const SandboxConfig& config, const std::string& state_dir
   spec.gid = kSandboxRoot;
   spec.ids = sandbox_id_map(config);
   spec.env = exec_environment(config.env, {});
+  // First in binds, by path: whoever starts the sandbox puts in the trees it opened beneath the
+  // mount roots (SandboxRegistry::start_live, daemon/service/host_mounts.h).
   for (const HostMount& mount : config.mounts)
     spec.binds.push_back({mount.source, mount.target, mount.read_only});
   // Their mounts are opened by whoever starts the sandbox (SandboxRegistry::start_live).

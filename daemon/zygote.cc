@@ -35,6 +35,7 @@ struct SpawnRequest {
   std::string log_path;
   UniqueFd netns;                       // hutchd's namespace for this sandbox, if it sent one
   std::vector<UniqueFd> volume_mounts;  // one per spec.volumes entry, in order
+  std::vector<UniqueFd> bind_trees;     // one per spec.binds entry with a tree_fd, in order
 };
 
 // The supervisor starts from a clean slate: default dispositions, nothing blocked, its own
@@ -119,10 +120,13 @@ struct SpawnRequest {
       request.supervisor_socket = json.at("supervisor_socket").get<std::string>();
       request.log_path = json.at("log").get<std::string>();
       const bool netns_sent = json.value("netns", false);
-      if (passed.size() != (netns_sent ? 1 : 0) + request.spec.volumes.size())
+      const auto trees = static_cast<size_t>(
+          std::ranges::count(request.spec.binds, kTreeFollows, &BindMount::tree_fd));
+      if (passed.size() != (netns_sent ? 1 : 0) + request.spec.volumes.size() + trees)
         throw std::invalid_argument(std::to_string(passed.size()) + " fds for " +
-                                    (netns_sent ? "a namespace and " : "") +
-                                    std::to_string(request.spec.volumes.size()) + " volumes");
+                                    (netns_sent ? "a namespace, " : "") +
+                                    std::to_string(request.spec.volumes.size()) + " volumes and " +
+                                    std::to_string(trees) + " bind trees");
       if (netns_sent && request.spec.net != NetMode::kHostOwned)
         throw std::invalid_argument("a namespace fd for a spec whose net is not host_owned");
       if (netns_sent) {
@@ -132,6 +136,12 @@ struct SpawnRequest {
       for (VolumeMount& volume : request.spec.volumes) {
         volume.mount_fd = passed.front().get();
         request.volume_mounts.push_back(std::move(passed.front()));
+        passed.pop_front();
+      }
+      for (BindMount& bind : request.spec.binds) {
+        if (bind.tree_fd != kTreeFollows) continue;
+        bind.tree_fd = passed.front().get();
+        request.bind_trees.push_back(std::move(passed.front()));
         passed.pop_front();
       }
     } catch (const std::exception& e) {
@@ -147,6 +157,7 @@ struct SpawnRequest {
         made.skeleton = std::move(*taken);
     }
     made.volume_mounts = std::move(request.volume_mounts);
+    made.bind_trees = std::move(request.bind_trees);
     if (request.netns) {
       made.netns = std::move(request.netns);
     } else if (request.spec.net != NetMode::kNone && !ready_netns.empty()) {
@@ -188,8 +199,13 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
                                      const std::string& supervisor_socket,
                                      const std::string& log_path, std::chrono::milliseconds timeout,
                                      int netns_fd) const {
-  if (1 + (netns_fd >= 0 ? 1 : 0) + spec.volumes.size() > static_cast<size_t>(kMaxPassedFds))
-    return plain_error("sandbox start", "too many volumes for one message to the zygote");
+  std::vector<int> trees;
+  for (const BindMount& bind : spec.binds)
+    if (bind.tree_fd >= 0) trees.push_back(bind.tree_fd);
+  if (1 + (netns_fd >= 0 ? 1 : 0) + spec.volumes.size() + trees.size() >
+      static_cast<size_t>(kMaxPassedFds))
+    return plain_error("sandbox start",
+                       "too many volumes and mounts for one message to the zygote");
   nlohmann::json request = {{"spec", spec_to_json(spec)},
                             {"exec_socket", exec_socket},
                             {"supervisor_socket", supervisor_socket},
@@ -204,6 +220,7 @@ Result<LiveSandboxRef> Zygote::spawn(const SandboxSpec& spec, const std::string&
   std::vector<int> fds = {write_end.get()};
   if (netns_fd >= 0) fds.push_back(netns_fd);
   for (const VolumeMount& volume : spec.volumes) fds.push_back(volume.mount_fd);
+  fds.insert(fds.end(), trees.begin(), trees.end());
   if (int err = send_with_fds(socket_.get(), message.data(), message.size(), fds.data(),
                               static_cast<int>(fds.size())))
     return sys_error("sendmsg", "zygote", err);

@@ -10,7 +10,8 @@
 // says "netns": true, a second fd: the network namespace the sandbox is to join (a filtered one
 // hutchd made ahead with its egress path, for NetMode::kHostOwned only), used instead of one of
 // the zygote's own; then one fd per entry of the spec's volumes, in order: its detached mount
-// (SandboxSpec::volumes, whose mount_fd the wire leaves out). On that pipe the
+// (SandboxSpec::volumes, whose mount_fd the wire leaves out); then one per bind with a tree
+// (BindMount::tree_fd, a host mount's clone), in order. On that pipe the
 // forked child writes a ServeReady kSupervisor with its pid, then serve_sandbox() writes kServing
 // (init's pid, the supervisor's pid and start time) or kFailed with its error
 // (runtime/supervisor_protocol.h); read_serve_ready reads them. The zygote answers nothing on the
@@ -40,7 +41,8 @@ class Zygote {
   // Forks a supervisor for `spec` and waits (at most `timeout`) until its sandbox serves.
   // `log_path`: the supervisor's stderr. `netns_fd` (>= 0, kHostOwned specs only): the network
   // namespace the sandbox joins, sent along; the caller keeps its own fd. The mount_fd of each of
-  // spec.volumes is sent along too (the caller keeps its own). Thread-safe.
+  // spec.volumes and the tree_fd of each bind that has one are sent along too (the caller keeps
+  // its own). Thread-safe.
   Result<LiveSandboxRef> spawn(const SandboxSpec& spec, const std::string& exec_socket,
                                const std::string& supervisor_socket, const std::string& log_path,
                                std::chrono::milliseconds timeout, int netns_fd = -1) const;

@@ -78,7 +78,8 @@ json spec_to_json(const SandboxSpec& spec) {
                      {"target", bind.target},
                      {"ro", bind.read_only},
                      {"from", bind_from_wire(bind.from)},
-                     {"existing_file_only", bind.existing_file_only}});
+                     {"existing_file_only", bind.existing_file_only},
+                     {"tree", bind.tree_fd >= 0}});
   json volumes = json::array();
   for (const VolumeMount& volume : spec.volumes)
     volumes.push_back({{"target", volume.target}, {"ro", volume.read_only}});
@@ -120,7 +121,8 @@ SandboxSpec spec_from_json(const json& j) {
     spec.binds.push_back({bind.at("source").get<std::string>(),
                           bind.at("target").get<std::string>(), bind.at("ro").get<bool>(),
                           bind_from_from_wire(bind.at("from").get<std::string>()),
-                          bind.at("existing_file_only").get<bool>()});
+                          bind.at("existing_file_only").get<bool>(),
+                          bind.at("tree").get<bool>() ? kTreeFollows : -1});
   }
   for (const json& volume : j.at("volumes")) {
     VolumeMount mount;

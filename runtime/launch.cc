@@ -152,12 +152,14 @@ Result<void> send_root(Prepared& prepared, std::future<Result<UniqueFd>>& skelet
 }
 
 // The trees of the binds whose sources the sandbox's ids cannot reach (BindFrom::kLauncher),
-// opened here as host root; the child inherits the fds through clone3 (MountOp::source_fd) and
-// attaches them. Closed by the caller once the child has its copies.
+// opened here as host root unless the caller opened them (BindMount::tree_fd); the child inherits
+// the fds through clone3 (MountOp::source_fd) and attaches them. Closed by the caller once the
+// child has its copies.
 Result<std::vector<UniqueFd>> open_launcher_trees(MountPlan& plan) {
   std::vector<UniqueFd> trees;
   for (MountOp& op : plan.ops) {
-    if (op.kind != MountOp::Kind::kBind || op.from != BindFrom::kLauncher) continue;
+    if (op.kind != MountOp::Kind::kBind || op.from != BindFrom::kLauncher || op.source_fd >= 0)
+      continue;
     UniqueFd tree(
         open_tree(AT_FDCWD, op.source.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE));
     if (!tree) return sys_error("open_tree", op.source + " (OPEN_TREE_CLONE)");

@@ -26,6 +26,7 @@ enum class BindFrom {
   kHost,
   // The launcher, by host path, as host root before clone3: a source in a directory the
   // sandbox's ids cannot search (hutchd's state, mode 0700). The child gets the detached tree.
+  // With BindMount::tree_fd, the caller opened the tree already and `source` only names it.
   kLauncher,
   // The child, by a path inside the sandbox that an earlier bind mounted: a second view of it.
   kSandbox,
@@ -39,6 +40,12 @@ struct BindMount {
   // Bound only over a regular file the rootfs has at `target` (symlinks followed inside the
   // root, never out of its filesystem), else skipped; nothing is created for it.
   bool existing_file_only = false;
+  // BindFrom::kLauncher only: a detached tree of the source (open_tree(OPEN_TREE_CLONE)) that the
+  // caller opened itself, bound instead of whatever `source` names by then: a source the caller
+  // resolved through fds (hutchd's host mounts, beneath --mount-root) stays what was checked,
+  // whatever is renamed or replaced by a symlink on the host meanwhile. Borrowed: it must stay
+  // open until the launch returns. -1: the launcher opens `source`.
+  int tree_fd = -1;
 };
 
 // A mounted filesystem (a persistent volume, runtime/volumes/volume_store.h) attached at `target`:

@@ -267,7 +267,9 @@ int serve_sandbox(const SandboxSpec& spec, const std::string& exec_socket,
 
   auto launched = launch_sandbox(prepared, false);
   if (!launched) return fail(launched.error());
-  made_ahead.volume_mounts.clear();  // the child holds them (or attached them already)
+  // The child holds them (or attached them already).
+  made_ahead.volume_mounts.clear();
+  made_ahead.bind_trees.clear();
   if (auto r = wait_until_serving(*launched); !r) return fail(r.error());
   exec_listener->reset();  // init has it
   auto self = read_proc_state(getpid());

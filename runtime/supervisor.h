@@ -36,6 +36,8 @@ struct MadeAhead {
   UniqueFd netns;     // a network namespace with lo up (make_loopback_netns), used once
   // The mounts SandboxSpec::volumes' mount_fd name, owned here: closed once the child has them.
   std::vector<UniqueFd> volume_mounts;
+  // The trees SandboxSpec::binds' tree_fd name, owned here likewise.
+  std::vector<UniqueFd> bind_trees;
 };
 
 // Runs the supervisor in the calling process, which must be single-threaded (init forks and

@@ -165,6 +165,14 @@ Result<LiveSandbox> SandboxRegistry::start_live(const SandboxConfig& config, con
     for (size_t i = 0; i < volume_mounts.size(); ++i)
       spec.volumes[i].mount_fd = volume_mounts[i].get();
   }
+  // Resolved beneath the mount roots again and cloned here, from the fd the check opened: the
+  // sandbox binds these trees, never the paths (daemon/service/host_mounts.h). The first
+  // config.mounts.size() binds are the config's (build_spec).
+  std::vector<UniqueFd> mount_trees = HUTCH_TRY(open_host_mount_trees(config.mounts, mount_roots_));
+  for (size_t i = 0; i < mount_trees.size(); ++i) {
+    spec.binds[i].from = BindFrom::kLauncher;
+    spec.binds[i].tree_fd = mount_trees[i].get();
+  }
   auto ref = HUTCH_TRY(zygote_.spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
                                      dir + "/supervisor.log", kStartTimeout, netns_fd));
   auto live = LiveSandbox::connect(ref);

@@ -135,6 +135,10 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
     if (!is_normal_absolute(bind.source)) {
       return plain_error("bind", "source \"" + bind.source + "\" is not canonical");
     }
+    if (bind.tree_fd < -1) return plain_error("bind", "no tree for " + bind.target);
+    if (bind.tree_fd >= 0 && bind.from != BindFrom::kLauncher) {
+      return plain_error("bind", "a tree for " + bind.target + " comes from the launcher only");
+    }
     // Over an existing file only: nothing of its path may be created (the upper layer, and so
     // the sandbox's snapshots, would keep directories its rootfs never had).
     if (!bind.existing_file_only) ops.push_back(mkdir_op(parent_path(bind.target), 0755));
@@ -143,6 +147,7 @@ Result<MountPlan> build_mount_plan(const SandboxSpec& spec) {
     step.read_only = bind.read_only;
     step.from = bind.from;
     step.existing_file_only = bind.existing_file_only;
+    step.source_fd = bind.tree_fd;
     // A host directory is data: no set-id binaries or device nodes of the host's take effect.
     step.attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     ops.push_back(std::move(step));

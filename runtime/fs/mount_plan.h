@@ -39,8 +39,8 @@ struct MountOp {
   bool read_only = true;
   BindFrom from = BindFrom::kHost;  // kBind
   bool existing_file_only = false;  // kBind: over a regular file the rootfs has, else skipped
-  // kBind with BindFrom::kLauncher: the detached tree the launcher opened (launch.cc), inherited
-  // by the child through clone3.
+  // kBind with BindFrom::kLauncher: the detached tree the launcher opened (launch.cc), or the
+  // caller's own (BindMount::tree_fd), inherited by the child through clone3.
   int source_fd = -1;
   int fd = -1;  // kAttach
 };

@@ -32,8 +32,8 @@ struct OverlayJob {
   size_t lower_count = 0;
   int upper_fs = -1;
   char lower_paths[kMaxPassedFds][32] = {};
-  char lowerdir[256] = {};
-  int overlay = -1;  // the result, in the shared fd table
+  char lowerdir[kMaxPassedFds * sizeof lower_paths[0]] = {};  // each path and its ":"
+  int overlay = -1;                                           // the result, in the shared fd table
   const char* step = nullptr;
   const char* detail = nullptr;
   int err = 0;

@@ -1,7 +1,7 @@
 // Host directories mounted into sandboxes (a create's "mounts", hutchd --mount-root): read-only
 // skill mounts refuse writes from inside (EROFS) and are nosuid,nodev in the kernel's view; a
-// source that escapes the allowed root through a symlink or ".." is refused; without a root
-// nothing can be mounted.
+// source that escapes the allowed root through a symlink or ".." is refused, at create and again
+// at a rollback; without a root nothing can be mounted.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -111,6 +111,45 @@ TEST_F(MountsTest, EscapingSourcesAreRefused) {
   EXPECT_EQ(error_code(create_with(many)), "too_many_mounts");
   auto list = daemon_->get("/v1/sandboxes");
   EXPECT_EQ(list.body["sandboxes"].size(), 0u) << list.raw;
+}
+
+// A rollback starts the sandbox again: the recorded source is resolved beneath the root anew and
+// its tree is what gets bound, so a source swapped for a symlink out of the root in the meantime
+// fails the rollback instead of binding the host directory (a bind by path would follow it).
+TEST_F(MountsTest, ARollbackNeverBindsASourceSwappedForASymlinkOutOfTheRoot) {
+  auto created = create_with({{{"source", allowed_ + "/skill"}, {"target", "/skills/skill"}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  std::string id = created.body["id"];
+  auto checkpoint = daemon_->post("/v1/sandboxes/" + id + "/checkpoints", {{"name", "c1"}});
+  ASSERT_EQ(checkpoint.status, 201) << checkpoint.raw;
+  ASSERT_EQ(::rename((allowed_ + "/skill").c_str(), (allowed_ + "/moved").c_str()), 0);
+  ASSERT_EQ(::symlink("../outside", (allowed_ + "/skill").c_str()), 0);
+  auto rolled = daemon_->post("/v1/sandboxes/" + id + "/checkpoints/c1/rollback", json::object());
+  EXPECT_NE(rolled.status, 200) << rolled.raw;
+  EXPECT_NE(rolled.raw.find("RESOLVE_BENEATH"), std::string::npos) << rolled.raw;
+  EXPECT_EQ(rolled.raw.find("host secret"), std::string::npos);
+}
+
+// A volume's mount and the mounts' trees travel in one message to the zygote (volumes first,
+// then one tree per mount, in order): each lands at its own target.
+TEST_F(MountsTest, MountsAndAVolumeTogetherEachLandWhereAsked) {
+  ASSERT_EQ(daemon_->post("/v1/volumes", {{"name", "ws"}, {"size_bytes", 32 << 20}}).status, 201);
+  auto created = daemon_->post(
+      "/v1/sandboxes",
+      {{"volumes", {{{"name", "ws"}, {"target", "/workspace"}}}},
+       {"mounts",
+        {{{"source", allowed_ + "/shared"}, {"target", "/shared"}, {"readonly", false}},
+         {{"source", allowed_ + "/skill"}, {"target", "/skills/skill"}}}}});
+  ASSERT_EQ(created.status, 201) << created.raw;
+  std::string id = created.body["id"];
+  auto seen = exec(id, {{"command",
+                         "cat /skills/skill/SKILL.md; echo v > /workspace/v && echo volume; "
+                         "echo s > /shared/s && echo shared; grep -c ' /workspace ' "
+                         "/proc/self/mountinfo"}});
+  EXPECT_EQ(seen["stdout"], "use the force\nvolume\nshared\n1\n") << seen.dump();
+  struct stat st;
+  EXPECT_EQ(::stat((allowed_ + "/shared/s").c_str(), &st), 0);
+  EXPECT_NE(::stat((allowed_ + "/shared/v").c_str(), &st), 0);
 }
 
 TEST_F(DaemonTest, MountsNeedAMountRoot) {

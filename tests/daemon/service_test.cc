@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "daemon/errors.h"
 #include "daemon/metrics.h"
 #include "daemon/sandbox_spec.h"
+#include "daemon/service/host_mounts.h"
 #include "daemon/service/reaper.h"
 #include "daemon/service/sandbox_record.h"
 #include "daemon/service/sandbox_registry.h"
@@ -298,6 +300,85 @@ TEST_F(RegistryTest, TheZygoteRefusesANamespaceItWasNotMeantToUse) {
   auto wrong = spawn(spec, not_a_namespace.get());
   ASSERT_FALSE(wrong);
   EXPECT_NE(wrong.error().message().find("setns"), std::string::npos) << wrong.error().message();
+}
+
+// The race a host mount had while it was bound by path (docs/security.md, host mounts): hutchd
+// checked the source beneath the mount root, then the sandbox's child bound whatever the path
+// named later. Here the swap happens deterministically between the check (hutchd opening the
+// tree) and the start: the source directory is renamed and a symlink to a host directory outside
+// the root takes its place. The tree is what gets bound (the kernel's view through
+// /proc/<init>/root: the checked directory's device and inode, its file, no host secret); the
+// same spec by path, as binds were before, shows the host directory instead.
+TEST_F(RegistryTest, AHostMountBindsTheTreeHutchdCheckedNotWhatThePathNamesLater) {
+  TempDir host;
+  const std::string root = host.path() + "/allowed";
+  const std::string source = root + "/skill";
+  const std::string outside = host.path() + "/outside";
+  for (const std::string& dir : {root, source, outside})
+    ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir;
+  ASSERT_EQ(::chmod(host.path().c_str(), 0755), 0);
+  write_file(source + "/SKILL.md", "checked\n");
+  write_file(outside + "/secret", "host secret\n");
+  struct stat checked;
+  ASSERT_EQ(::stat(source.c_str(), &checked), 0);
+
+  SandboxConfig config;
+  config.mounts = {{source, "/skill", true}};
+  auto trees = open_host_mount_trees(config.mounts, {root});
+  ASSERT_TRUE(trees) << trees.error().message();
+  ASSERT_EQ(trees->size(), 1u);
+  ASSERT_EQ(::rename(source.c_str(), (root + "/moved").c_str()), 0);
+  // Relative, as an attacker's would be: it resolves the same from the host's root and from the
+  // host's root as the sandbox's child sees it (/oldroot).
+  ASSERT_EQ(::symlink("../outside", source.c_str()), 0);
+  // Resolved again now, the source is refused: the symlink leaves the root.
+  EXPECT_FALSE(open_host_mount_trees(config.mounts, {root}));
+
+  auto start = [&](const SandboxSpec& spec, const std::string& name) {
+    const std::string dir = state_.path() + "/" + name;
+    std::filesystem::create_directories(dir);
+    auto ref = zygote_->spawn(spec, dir + "/exec.sock", dir + "/supervisor.sock",
+                              dir + "/supervisor.log", std::chrono::seconds(20));
+    EXPECT_TRUE(ref) << ref.error().message();
+    std::optional<LiveSandbox> live;
+    if (ref) {
+      auto connected = LiveSandbox::connect(*ref);
+      EXPECT_TRUE(connected) << connected.error().message();
+      if (connected) live.emplace(std::move(*connected));
+    }
+    return live;
+  };
+  SandboxSpec spec = build_spec(config, state_.path());
+  spec.cgroup_parent = std::string(kDefaultCgroupParent);
+  spec.binds[0].from = BindFrom::kLauncher;
+  spec.binds[0].tree_fd = (*trees)[0].get();
+  auto live = start(spec, "tree");
+  ASSERT_TRUE(live);
+  const std::string inside = "/proc/" + std::to_string(live->ref().init_pid) + "/root/skill";
+  struct stat bound;
+  ASSERT_EQ(::stat(inside.c_str(), &bound), 0) << inside;
+  EXPECT_EQ(bound.st_dev, checked.st_dev);
+  EXPECT_EQ(bound.st_ino, checked.st_ino);
+  EXPECT_EQ(read_file(inside + "/SKILL.md"), "checked\n");
+  EXPECT_NE(::access((inside + "/secret").c_str(), F_OK), 0);
+  const std::string mountinfo =
+      read_file("/proc/" + std::to_string(live->ref().init_pid) + "/mountinfo");
+  const size_t at = mountinfo.find(" /skill ");
+  ASSERT_NE(at, std::string::npos) << mountinfo;
+  const std::string line = mountinfo.substr(at, mountinfo.find('\n', at) - at);
+  EXPECT_NE(line.find(" ro,"), std::string::npos) << line;
+  EXPECT_NE(line.find("nosuid"), std::string::npos) << line;
+  EXPECT_NE(line.find("nodev"), std::string::npos) << line;
+  EXPECT_TRUE(live->destroy());
+
+  // The control: by path, the child follows the swapped-in symlink out of the root.
+  SandboxSpec by_path = build_spec(config, state_.path());
+  by_path.cgroup_parent = std::string(kDefaultCgroupParent);
+  auto escaped = start(by_path, "path");
+  ASSERT_TRUE(escaped);
+  EXPECT_EQ(read_file("/proc/" + std::to_string(escaped->ref().init_pid) + "/root/skill/secret"),
+            "host secret\n");
+  EXPECT_TRUE(escaped->destroy());
 }
 
 TEST_F(RegistryTest, UnknownIdsAreSandboxNotFound) {

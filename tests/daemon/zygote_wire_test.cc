@@ -24,6 +24,7 @@ SandboxSpec unusual_spec() {
   spec.net = NetMode::kNone;
   spec.binds = {{"/srv/data", "/data", false},
                 {"/srv/ro", "/ro", true, BindFrom::kLauncher},
+                {"/srv/checked", "/checked", true, BindFrom::kLauncher, false, 9},
                 {"/ro/bundle.pem", "/etc/ssl/cert.pem", true, BindFrom::kSandbox, true}};
   spec.volumes = {{7, "/workspace", false}, {8, "/cache", true}};
   spec.uid = 1000;
@@ -45,11 +46,13 @@ bool same_binds(const std::vector<BindMount>& a, const std::vector<BindMount>& b
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     // Field by field through a binding: a field added to BindMount breaks the compile here.
-    const auto& [a_source, a_target, a_read_only, a_from, a_existing] = a[i];
-    const auto& [b_source, b_target, b_read_only, b_from, b_existing] = b[i];
+    const auto& [a_source, a_target, a_read_only, a_from, a_existing, a_tree] = a[i];
+    const auto& [b_source, b_target, b_read_only, b_from, b_existing, b_tree] = b[i];
     if (a_source != b_source || a_target != b_target || a_read_only != b_read_only ||
         a_from != b_from || a_existing != b_existing)
       return false;
+    // `a` was received: a tree's fd travels beside the JSON (daemon/zygote.h), so it is marked.
+    if (a_tree != (b_tree >= 0 ? kTreeFollows : -1)) return false;
   }
   return true;
 }

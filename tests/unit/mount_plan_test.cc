@@ -278,6 +278,26 @@ TEST(MountPlan, BindsOverExistingFilesCreateNothingAndKeepTheirSource) {
             index_of(plan, Kind::kBind, "/etc/pki/tls/certs/ca-bundle.crt"));
 }
 
+// hutchd's host mounts: a tree hutchd cloned from the fd it checked beneath the mount root
+// (daemon/service/host_mounts.h) is what the child attaches; the path only names it in errors.
+TEST(MountPlan, ABindsOwnTreeIsCarriedToTheChildNotReopenedByPath) {
+  SandboxSpec spec = make_spec();
+  spec.binds = {{"/srv/skills/a", "/skills/a", true, BindFrom::kLauncher, false, 42}};
+  MountPlan plan = build_ok(spec);
+  const MountOp* bind = find_op(plan, Kind::kBind, "/skills/a");
+  ASSERT_TRUE(bind);
+  EXPECT_EQ(bind->from, BindFrom::kLauncher);
+  EXPECT_EQ(bind->source_fd, 42);
+  EXPECT_TRUE(bind->read_only);
+  EXPECT_EQ(bind->attrs, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  // Only the launcher's binds take a tree; one still on the wire (never put in) is refused.
+  spec.binds[0].from = BindFrom::kHost;
+  EXPECT_TRUE(contains(error_message(build_mount_plan(spec)), "from the launcher"));
+  spec.binds[0].from = BindFrom::kLauncher;
+  spec.binds[0].tree_fd = -2;
+  EXPECT_TRUE(contains(error_message(build_mount_plan(spec)), "no tree for /skills/a"));
+}
+
 TEST(MountPlan, RejectsBindTargetsOutsideTheNormalTree) {
   for (const char* target : {"/", "", "data", "./data", "/a/../b", "/..", "/a/", "//a"}) {
     SandboxSpec spec = make_spec();
