@@ -6,7 +6,6 @@
 // The secret's value must appear in no reply, no log and no file of hutchd's state dir.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <openssl/pem.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "net/tls/sandbox_ca.h"
 #include "tests/common/command.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
+#include "tests/daemon/upstream_certificate.h"
 
 namespace hutch::testing {
 namespace {
@@ -115,24 +114,11 @@ class InjectDaemon : public ::testing::Test {
                   "needs the host's CA bundle (ca-certificates)");
     ::setenv("HUTCH_TEST_NET", "1", 1);
     // The upstream's certificate for api.test, from a CA of the test's own.
-    auto ca = net::tls::SandboxCa::create({.label = "test upstream"});
-    ASSERT_TRUE(ca) << ca.error().message();
-    auto leaf = (*ca)->leaf_for("api.test");
-    ASSERT_TRUE(leaf) << leaf.error().message();
-    const std::string cert = temp_.path() + "/upstream.pem";
-    const std::string key = temp_.path() + "/upstream.key";
-    upstream_ca_ = temp_.path() + "/upstream-ca.pem";
-    std::ofstream(upstream_ca_) << (*ca)->certificate_pem();
-    FILE* cert_file = std::fopen(cert.c_str(), "w");
-    FILE* key_file = std::fopen(key.c_str(), "w");
-    ASSERT_TRUE(cert_file && key_file);
-    ASSERT_EQ(PEM_write_X509(cert_file, (*leaf)->certificate.get()), 1);
-    ASSERT_EQ(
-        PEM_write_PrivateKey(key_file, (*leaf)->key.get(), nullptr, nullptr, 0, nullptr, nullptr),
-        1);
-    std::fclose(cert_file);
-    std::fclose(key_file);
-    upstream_ = std::make_unique<TlsUpstream>(temp_.path(), cert, key);
+    UpstreamCertificate certificate;
+    ASSERT_NO_FATAL_FAILURE(write_upstream_certificate(temp_.path(), "upstream", "test upstream",
+                                                       "api.test", certificate));
+    upstream_ca_ = certificate.ca;
+    upstream_ = std::make_unique<TlsUpstream>(temp_.path(), certificate.cert, certificate.key);
     ASSERT_GT(upstream_->pid(), 0);
     ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's https server"))
         << slurp(temp_.path() + "/upstream.err");
