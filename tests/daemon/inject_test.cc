@@ -129,12 +129,7 @@ class InjectDaemon : public ::testing::Test {
   }
   void TearDown() override {
     ::unsetenv("HUTCH_TEST_ENV_SECRET");
-    if (daemon_ && daemon_->pid() > 0) {
-      auto list = daemon_->get("/v1/sandboxes");
-      for (const json& sandbox : list.body["sandboxes"])
-        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
-      daemon_->stop(SIGTERM);
-    }
+    if (daemon_) daemon_->delete_sandboxes_and_stop();
     ::unsetenv("HUTCH_TEST_NET");
   }
 
@@ -162,6 +157,20 @@ class InjectDaemon : public ::testing::Test {
     auto network = daemon_->get("/v1/sandboxes/" + id + "/network");
     EXPECT_EQ(network.status, 200) << network.raw;
     return network.body.value("ca_pem", "");
+  }
+
+  // A sandbox made with inject_network(): its id, its CA (PEM, never empty) and the placeholder
+  // of OPENAI_API_KEY.
+  struct Injected {
+    std::string id, ca, placeholder;
+  };
+  void create_injected(Injected& sandbox) {
+    auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
+    ASSERT_EQ(created.status, 201) << created.raw;
+    sandbox.id = created.body["id"];
+    sandbox.ca = ca_of(sandbox.id);
+    sandbox.placeholder = placeholder_of(sandbox.id);
+    ASSERT_FALSE(sandbox.ca.empty());
   }
 
   std::string run(const std::string& id, const std::string& command) {
@@ -255,12 +264,9 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
 // made from it hold no CA; a fork has its own.
 TEST_F(InjectDaemon, TheDistroBundleTrustsTheSandboxCaWithNoVariable) {
   start();
-  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
-  ASSERT_EQ(created.status, 201) << created.raw;
-  const std::string id = created.body["id"];
-  const std::string ca = ca_of(id);
-  const std::string placeholder = placeholder_of(id);
-  ASSERT_FALSE(ca.empty());
+  Injected sandbox;
+  ASSERT_NO_FATAL_FAILURE(create_injected(sandbox));
+  const auto& [id, ca, placeholder] = sandbox;
   EXPECT_EQ(run(id, "env -i /usr/bin/curl -sS --max-time 10 -H 'Authorization: Bearer " +
                         placeholder + "' https://api.test/v1/chat"),
             "ok");
@@ -321,12 +327,9 @@ TEST_F(InjectDaemon, TheDistroBundleTrustsTheSandboxCaWithNoVariable) {
 // sandbox keeps trusting the CA it was given and its processes' placeholders still work.
 TEST_F(InjectDaemon, ARestartedHutchdKeepsTheSandboxsCaAndPlaceholders) {
   start();
-  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
-  ASSERT_EQ(created.status, 201) << created.raw;
-  const std::string id = created.body["id"];
-  const std::string ca = ca_of(id);
-  const std::string placeholder = placeholder_of(id);
-  ASSERT_FALSE(ca.empty());
+  Injected sandbox;
+  ASSERT_NO_FATAL_FAILURE(create_injected(sandbox));
+  const auto& [id, ca, placeholder] = sandbox;
   ASSERT_FALSE(placeholder.empty());
 
   restart_after_kill();
