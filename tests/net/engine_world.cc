@@ -6,6 +6,7 @@
 
 #include "net/egress_path.h"
 #include "tests/common/netns.h"
+#include "tests/common/wait.h"
 
 namespace hutch::testing {
 
@@ -34,6 +35,16 @@ void make_engine_cas(const std::string& dir, EngineCas& cas) {
   std::ofstream(cas.sandbox_path) << cas.sandbox->certificate_pem();
 }
 
+net::InjectRule openai_key_rule(const std::vector<std::string>& hosts) {
+  net::InjectRule rule{
+      .match_hosts = {},
+      .method = std::nullopt,
+      .path_prefix = "/v1/",
+      .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}};
+  for (const std::string& host : hosts) rule.match_hosts.push_back(*net::parse_rule(host));
+  return rule;
+}
+
 net::SecretLookup secrets_of(std::map<std::string, std::string> values) {
   return [values = std::move(values)](std::string_view name) -> std::optional<std::string> {
     auto found = values.find(std::string(name));
@@ -49,6 +60,23 @@ std::unique_ptr<net::Engine> make_logging_engine(net::EngineOptions options, std
                                          std::lock_guard lock(mutex);
                                          logs.push_back(log);
                                        });
+}
+
+std::optional<net::ConnectionLog> last_log_where(
+    std::mutex& mutex, const std::vector<net::ConnectionLog>& logs,
+    const std::function<bool(const net::ConnectionLog&)>& match) {
+  using namespace std::chrono_literals;
+  std::optional<net::ConnectionLog> found;
+  (void)wait_until(
+      [&] {
+        std::lock_guard lock(mutex);
+        for (const net::ConnectionLog& log : logs) {
+          if (match(log)) found = log;
+        }
+        return found.has_value();
+      },
+      5s, "the connection's log");
+  return found;
 }
 
 void attach_sandbox(net::Engine& engine, int sandbox_ns, const net::Policy& policy,

@@ -4,9 +4,11 @@
 // gtest-asserting helpers: call them under ASSERT_NO_FATAL_FAILURE.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,12 +32,22 @@ struct EngineCas {
 };
 void make_engine_cas(const std::string& dir, EngineCas& cas);
 
+// The tests' inject rule: "Authorization: Bearer " and OPENAI_API_KEY's value on every request
+// under /v1/ to one of `hosts` (policy rules: "api.test"), whatever its method.
+net::InjectRule openai_key_rule(const std::vector<std::string>& hosts);
+
 // A secrets lookup answering from `values` (nullopt for any other name).
 net::SecretLookup secrets_of(std::map<std::string, std::string> values);
 
 // The engine a test drives: every ConnectionLog appended to `logs` under `mutex`.
 std::unique_ptr<net::Engine> make_logging_engine(net::EngineOptions options, std::mutex& mutex,
                                                  std::vector<net::ConnectionLog>& logs);
+
+// The last of `logs` (read under `mutex`) that `match` accepts, waited for up to 5 s: the engine
+// writes a connection's log when it ends. nullopt when none came.
+std::optional<net::ConnectionLog> last_log_where(
+    std::mutex& mutex, const std::vector<net::ConnectionLog>& logs,
+    const std::function<bool(const net::ConnectionLog&)>& match);
 
 // `engine` attached as "sb" to the egress listeners of S.
 void attach_sandbox(net::Engine& engine, int sandbox_ns, const net::Policy& policy,

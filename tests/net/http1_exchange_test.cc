@@ -373,11 +373,7 @@ Policy exchange_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
   for (const char* rule : {"api.test", "other.test"}) policy.allow.push_back(*parse_rule(rule));
-  policy.inject.push_back(InjectRule{
-      .match_hosts = {*parse_rule("api.test")},
-      .method = std::nullopt,
-      .path_prefix = "/v1/",
-      .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}});
+  policy.inject.push_back(testing::openai_key_rule({"api.test"}));
   return policy;
 }
 
@@ -466,17 +462,7 @@ class Http1Exchange : public ::testing::Test {
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
-    std::optional<ConnectionLog> found;
-    (void)testing::wait_until(
-        [&] {
-          std::lock_guard lock(mutex_);
-          for (const ConnectionLog& log : logs_) {
-            if (match(log)) found = log;
-          }
-          return found.has_value();
-        },
-        5s, "the connection's log");
-    return found;
+    return testing::last_log_where(mutex_, logs_, match);
   }
 
   static nlohmann::json denial_body(const std::string& response) {
