@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/common/command.h"
+#include "tests/common/dir_search.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
@@ -180,17 +181,6 @@ class InjectDaemon : public ::testing::Test {
     return reply.body.value("stdout", "");
   }
 
-  // Whether `text` is in any file under hutchd's state dir.
-  bool in_state_dir(std::string_view text) const {
-    std::error_code error;
-    for (const auto& entry :
-         std::filesystem::recursive_directory_iterator(daemon_->state_dir(), error)) {
-      if (!entry.is_regular_file(error) || entry.is_symlink(error)) continue;
-      if (slurp(entry.path()).find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-
   TempDir temp_;
   std::string upstream_ca_, secrets_file_;
   std::unique_ptr<TlsUpstream> upstream_;
@@ -246,7 +236,8 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
   EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).raw.find(kSecret), std::string::npos);
   EXPECT_EQ(daemon_->get("/metrics").raw.find(kSecret), std::string::npos);
   EXPECT_EQ(daemon_->log().find(kSecret), std::string::npos);
-  EXPECT_FALSE(in_state_dir(kSecret)) << "sandbox.json, the names file, the records";
+  EXPECT_FALSE(tree_holds(daemon_->state_dir(), kSecret))
+      << "sandbox.json, the names file, the records";
   // Another sandbox has a CA and placeholders of its own.
   auto second = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
   ASSERT_EQ(second.status, 201) << second.raw;

@@ -32,6 +32,7 @@
 
 #include "runtime/base/unique_fd.h"
 #include "tests/common/command.h"
+#include "tests/common/dir_search.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/processes.h"
@@ -307,18 +308,6 @@ class SeedScenario : public ::testing::Test {
     return ndjson(call(daemon_->get("/v1/sandboxes/" + id + "/network/log")).raw);
   }
 
-  // Whether `text` is in any file under hutchd's state dir (records, names files, background
-  // processes' output, the layers the bake made).
-  bool in_state_dir(std::string_view text) const {
-    std::error_code error;
-    for (const auto& entry :
-         std::filesystem::recursive_directory_iterator(daemon_->state_dir(), error)) {
-      if (!entry.is_regular_file(error) || entry.is_symlink(error)) continue;
-      if (slurp(entry.path()).find(text) != std::string::npos) return true;
-    }
-    return false;
-  }
-
   int index_requests() const {
     int count = 0;
     std::istringstream log(index_->log());
@@ -463,7 +452,7 @@ TEST_F(SeedScenario, RecipeInstallsFromTheIndexAndTheAgentReachesTheApiWithoutTh
   call(daemon_->get("/v1/secrets"));
   EXPECT_EQ(replies_.find(secret_), std::string::npos) << "a reply of hutchd";
   EXPECT_EQ(daemon_->log().find(secret_), std::string::npos) << "hutchd's log";
-  EXPECT_FALSE(in_state_dir(secret_)) << "hutchd's state dir";
+  EXPECT_FALSE(tree_holds(daemon_->state_dir(), secret_)) << "hutchd's state dir";
 }
 
 // The hostile list of issue #12, from inside a real sandbox through hutchd, for what no other
