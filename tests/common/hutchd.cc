@@ -73,6 +73,13 @@ int Hutchd::stop(int sig) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+void Hutchd::delete_sandboxes_and_stop() {
+  if (pid_ <= 0) return;
+  for (const json& sandbox : get("/v1/sandboxes").body["sandboxes"])
+    del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
+  stop(SIGTERM);
+}
+
 std::string Hutchd::log() const { return read_file_or_empty(log_path_); }
 
 std::unique_ptr<httplib::Client> Hutchd::client(int read_timeout_seconds) const {

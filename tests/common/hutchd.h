@@ -24,6 +24,9 @@ class Hutchd {
   // Sends `sig` and waits for the exit; returns the exit status (or 128+signal). A daemon that
   // outlives `sig` by 20 s is killed with SIGKILL (the result then says so).
   int stop(int sig = SIGTERM);
+  // A test's teardown: every sandbox deleted (each delete waiting for its end), then SIGTERM.
+  // Nothing when the daemon is not running.
+  void delete_sandboxes_and_stop();
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   const std::string& state_dir() const { return state_dir_; }

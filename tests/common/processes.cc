@@ -1,5 +1,7 @@
 #include "tests/common/processes.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -53,6 +55,16 @@ std::vector<pid_t> pid_ns_processes(pid_t member) {
     if (pid_ns_of(entry.path()) == ns) pids.push_back(std::stoi(name));
   }
   return pids;
+}
+
+int processes_in_mount_namespace(ino_t inode) {
+  int count = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
+    struct stat ns {};
+    if (::stat((entry.path() / "ns" / "mnt").c_str(), &ns) == 0 && ns.st_ino == inode) ++count;
+  }
+  return count;
 }
 
 }  // namespace hutch::testing

@@ -21,4 +21,7 @@ int count_pid_ns_processes_with(pid_t member, const std::string& marker);
 // gone.
 std::vector<pid_t> pid_ns_processes(pid_t member);
 
+// Host processes in the mount namespace with this inode (what a sandbox leaves behind).
+int processes_in_mount_namespace(ino_t inode);
+
 }  // namespace hutch::testing

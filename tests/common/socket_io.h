@@ -1,14 +1,17 @@
 // Socket helpers of the tests: writing a whole buffer (MSG_NOSIGNAL: a peer that closed is a
-// false, not a SIGPIPE) and finding a free loopback TCP port.
+// false, not a SIGPIPE), finding a free loopback TCP port and a server's accept step.
 #pragma once
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <string_view>
+
+#include "runtime/base/unique_fd.h"
 
 namespace hutch::testing {
 
@@ -34,6 +37,14 @@ inline int free_tcp_port() {
                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   ::close(fd);
   return known ? ntohs(address.sin_port) : 0;
+}
+
+// A connection accepted on `listener` if one comes within 100 ms, else an empty fd: a server's
+// accept loop wakes this often to see its stop flag.
+inline UniqueFd accept_within_100ms(int listener) {
+  pollfd ready{.fd = listener, .events = POLLIN, .revents = 0};
+  if (::poll(&ready, 1, 100) != 1) return UniqueFd();
+  return UniqueFd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
 }
 
 }  // namespace hutch::testing

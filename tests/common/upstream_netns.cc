@@ -2,6 +2,8 @@
 
 #include <fstream>
 
+#include "tests/common/wait.h"
+
 namespace hutch::testing {
 
 UpstreamNetns::UpstreamNetns(const std::string& dir)
@@ -23,5 +25,13 @@ bool UpstreamNetns::serving() const {
 }
 
 std::string UpstreamNetns::log() const { return read_file_or_empty(dir_ + "/upstream.log"); }
+
+void start_upstream_netns(const std::string& dir, std::unique_ptr<UpstreamNetns>& upstream) {
+  using namespace std::chrono_literals;
+  upstream = std::make_unique<UpstreamNetns>(dir);
+  ASSERT_GT(upstream->pid(), 0);
+  ASSERT_TRUE(wait_until([&] { return upstream->serving(); }, 10s, "U's http.server"))
+      << upstream->log();
+}
 
 }  // namespace hutch::testing

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <string>
 
 #include "tests/common/command.h"
@@ -27,5 +28,9 @@ class UpstreamNetns {
   std::string dir_;
   BackgroundCommand server_;
 };
+
+// `upstream` made to serve `dir`, once its server listens; fails the calling test (gtest
+// assertions: call it under ASSERT_NO_FATAL_FAILURE) when it does not within 10 s.
+void start_upstream_netns(const std::string& dir, std::unique_ptr<UpstreamNetns>& upstream);
 
 }  // namespace hutch::testing

@@ -1,6 +1,7 @@
 #include "tests/daemon/daemon_fixture.h"
 
 #include <cstdio>
+#include <sstream>
 
 namespace hutch::testing {
 
@@ -41,6 +42,18 @@ json DaemonTest::exec(const std::string& id, const json& body) {
 std::string error_code(const Hutchd::Reply& reply) {
   if (!reply.body.is_object() || !reply.body.contains("error")) return "";
   return reply.body["error"].value("code", "");
+}
+
+FollowedOutput parse_followed(const std::string& raw) {
+  FollowedOutput followed;
+  std::istringstream lines(raw);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    followed.last = json::parse(line);
+    if (followed.last.contains("data")) followed.data += followed.last["data"].get<std::string>();
+  }
+  return followed;
 }
 
 }  // namespace hutch::testing

@@ -27,4 +27,12 @@ class DaemonTest : public ::testing::Test {
 // The error code of an error reply ("" when the body is no error).
 std::string error_code(const Hutchd::Reply& reply);
 
+// A followed output (`?follow=1`, one JSON object a line): the data of its chunks joined, and its
+// last line (the exit's).
+struct FollowedOutput {
+  std::string data;
+  json last;
+};
+FollowedOutput parse_followed(const std::string& raw);
+
 }  // namespace hutch::testing

@@ -506,12 +506,7 @@ class UploadCrashTest : public ::testing::TestWithParam<bool> {
   }
   void TearDown() override {
     ::unsetenv("HUTCH_FILES_NAMED_TEMP");
-    if (daemon_ && daemon_->pid() > 0) {
-      auto list = daemon_->get("/v1/sandboxes");
-      for (const json& sandbox : list.body["sandboxes"])
-        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
-      daemon_->stop(SIGTERM);
-    }
+    if (daemon_) daemon_->delete_sandboxes_and_stop();
     if (HasFailure() && daemon_)
       std::fprintf(stderr, "--- hutchd log ---\n%s\n", daemon_->log().c_str());
   }

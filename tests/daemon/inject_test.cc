@@ -6,7 +6,6 @@
 // The secret's value must appear in no reply, no log and no file of hutchd's state dir.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <openssl/pem.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,13 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "net/tls/sandbox_ca.h"
 #include "tests/common/command.h"
+#include "tests/common/dir_search.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
+#include "tests/daemon/upstream_certificate.h"
 
 namespace hutch::testing {
 namespace {
@@ -115,24 +115,11 @@ class InjectDaemon : public ::testing::Test {
                   "needs the host's CA bundle (ca-certificates)");
     ::setenv("HUTCH_TEST_NET", "1", 1);
     // The upstream's certificate for api.test, from a CA of the test's own.
-    auto ca = net::tls::SandboxCa::create({.label = "test upstream"});
-    ASSERT_TRUE(ca) << ca.error().message();
-    auto leaf = (*ca)->leaf_for("api.test");
-    ASSERT_TRUE(leaf) << leaf.error().message();
-    const std::string cert = temp_.path() + "/upstream.pem";
-    const std::string key = temp_.path() + "/upstream.key";
-    upstream_ca_ = temp_.path() + "/upstream-ca.pem";
-    std::ofstream(upstream_ca_) << (*ca)->certificate_pem();
-    FILE* cert_file = std::fopen(cert.c_str(), "w");
-    FILE* key_file = std::fopen(key.c_str(), "w");
-    ASSERT_TRUE(cert_file && key_file);
-    ASSERT_EQ(PEM_write_X509(cert_file, (*leaf)->certificate.get()), 1);
-    ASSERT_EQ(
-        PEM_write_PrivateKey(key_file, (*leaf)->key.get(), nullptr, nullptr, 0, nullptr, nullptr),
-        1);
-    std::fclose(cert_file);
-    std::fclose(key_file);
-    upstream_ = std::make_unique<TlsUpstream>(temp_.path(), cert, key);
+    UpstreamCertificate certificate;
+    ASSERT_NO_FATAL_FAILURE(write_upstream_certificate(temp_.path(), "upstream", "test upstream",
+                                                       "api.test", certificate));
+    upstream_ca_ = certificate.ca;
+    upstream_ = std::make_unique<TlsUpstream>(temp_.path(), certificate.cert, certificate.key);
     ASSERT_GT(upstream_->pid(), 0);
     ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's https server"))
         << slurp(temp_.path() + "/upstream.err");
@@ -143,12 +130,7 @@ class InjectDaemon : public ::testing::Test {
   }
   void TearDown() override {
     ::unsetenv("HUTCH_TEST_ENV_SECRET");
-    if (daemon_ && daemon_->pid() > 0) {
-      auto list = daemon_->get("/v1/sandboxes");
-      for (const json& sandbox : list.body["sandboxes"])
-        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
-      daemon_->stop(SIGTERM);
-    }
+    if (daemon_) daemon_->delete_sandboxes_and_stop();
     ::unsetenv("HUTCH_TEST_NET");
   }
 
@@ -178,22 +160,25 @@ class InjectDaemon : public ::testing::Test {
     return network.body.value("ca_pem", "");
   }
 
+  // A sandbox made with inject_network(): its id, its CA (PEM, never empty) and the placeholder
+  // of OPENAI_API_KEY.
+  struct Injected {
+    std::string id, ca, placeholder;
+  };
+  void create_injected(Injected& sandbox) {
+    auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
+    ASSERT_EQ(created.status, 201) << created.raw;
+    sandbox.id = created.body["id"];
+    sandbox.ca = ca_of(sandbox.id);
+    sandbox.placeholder = placeholder_of(sandbox.id);
+    ASSERT_FALSE(sandbox.ca.empty());
+  }
+
   std::string run(const std::string& id, const std::string& command) {
     auto reply = daemon_->post("/v1/sandboxes/" + id + "/exec",
                                {{"command", command + " 2>&1"}, {"timeout_seconds", 60}});
     EXPECT_EQ(reply.status, 200) << reply.raw;
     return reply.body.value("stdout", "");
-  }
-
-  // Whether `text` is in any file under hutchd's state dir.
-  bool in_state_dir(std::string_view text) const {
-    std::error_code error;
-    for (const auto& entry :
-         std::filesystem::recursive_directory_iterator(daemon_->state_dir(), error)) {
-      if (!entry.is_regular_file(error) || entry.is_symlink(error)) continue;
-      if (slurp(entry.path()).find(text) != std::string::npos) return true;
-    }
-    return false;
   }
 
   TempDir temp_;
@@ -251,7 +236,8 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
   EXPECT_EQ(daemon_->get("/v1/sandboxes/" + id).raw.find(kSecret), std::string::npos);
   EXPECT_EQ(daemon_->get("/metrics").raw.find(kSecret), std::string::npos);
   EXPECT_EQ(daemon_->log().find(kSecret), std::string::npos);
-  EXPECT_FALSE(in_state_dir(kSecret)) << "sandbox.json, the names file, the records";
+  EXPECT_FALSE(tree_holds(daemon_->state_dir(), kSecret))
+      << "sandbox.json, the names file, the records";
   // Another sandbox has a CA and placeholders of its own.
   auto second = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
   ASSERT_EQ(second.status, 201) << second.raw;
@@ -269,12 +255,9 @@ TEST_F(InjectDaemon, SandboxCurlGetsTheSecretInjectedKnowingOnlyThePlaceholder) 
 // made from it hold no CA; a fork has its own.
 TEST_F(InjectDaemon, TheDistroBundleTrustsTheSandboxCaWithNoVariable) {
   start();
-  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
-  ASSERT_EQ(created.status, 201) << created.raw;
-  const std::string id = created.body["id"];
-  const std::string ca = ca_of(id);
-  const std::string placeholder = placeholder_of(id);
-  ASSERT_FALSE(ca.empty());
+  Injected sandbox;
+  ASSERT_NO_FATAL_FAILURE(create_injected(sandbox));
+  const auto& [id, ca, placeholder] = sandbox;
   EXPECT_EQ(run(id, "env -i /usr/bin/curl -sS --max-time 10 -H 'Authorization: Bearer " +
                         placeholder + "' https://api.test/v1/chat"),
             "ok");
@@ -335,12 +318,9 @@ TEST_F(InjectDaemon, TheDistroBundleTrustsTheSandboxCaWithNoVariable) {
 // sandbox keeps trusting the CA it was given and its processes' placeholders still work.
 TEST_F(InjectDaemon, ARestartedHutchdKeepsTheSandboxsCaAndPlaceholders) {
   start();
-  auto created = daemon_->post("/v1/sandboxes", {{"network", inject_network()}});
-  ASSERT_EQ(created.status, 201) << created.raw;
-  const std::string id = created.body["id"];
-  const std::string ca = ca_of(id);
-  const std::string placeholder = placeholder_of(id);
-  ASSERT_FALSE(ca.empty());
+  Injected sandbox;
+  ASSERT_NO_FATAL_FAILURE(create_injected(sandbox));
+  const auto& [id, ca, placeholder] = sandbox;
   ASSERT_FALSE(placeholder.empty());
 
   restart_after_kill();

@@ -17,6 +17,7 @@
 #include "tests/common/command.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
+#include "tests/common/python_index.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/upstream_netns.h"
 #include "tests/common/wait.h"
@@ -28,11 +29,10 @@ using namespace std::chrono_literals;
 
 constexpr const char* kPage = "hello from upstream";
 
-// Builds U's tree under `pub` (HOME is `home`: git wants one).
+// Builds U's tree under $PUB (HOME is set: git wants one), but for the wheel (publish_wheel_sh).
 const char* kBuildTree = R"sh(
 set -eu
-mkdir -p "$PUB/deb" "$PUB/simple/hutchdemo" "$PUB/files" "$WORK/src" "$WORK/pkg/DEBIAN" \
-  "$WORK/pkg/usr/share/hello-hutch"
+mkdir -p "$PUB/deb" "$WORK/src" "$WORK/pkg/DEBIAN" "$WORK/pkg/usr/share/hello-hutch"
 printf 'hello from upstream' > "$PUB/index.html"
 
 git -C "$WORK/src" init -q -b main
@@ -47,27 +47,6 @@ printf 'Package: hello-hutch\nVersion: 1.0\nArchitecture: all\nMaintainer: hutch
 printf 'hello from apt\n' > "$WORK/pkg/usr/share/hello-hutch/greeting"
 dpkg-deb --root-owner-group -Zgzip --build "$WORK/pkg" "$PUB/deb/hello-hutch_1.0_all.deb" >/dev/null
 (cd "$PUB/deb" && dpkg-scanpackages --multiversion . 2>/dev/null > Packages)
-
-python3 - "$PUB/files/hutchdemo-1.0-py3-none-any.whl" <<'PY'
-import base64, hashlib, sys, zipfile
-files = {
-    "hutchdemo/__init__.py": b"GREETING = 'hello from a wheel'\n",
-    "hutchdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hutchdemo\nVersion: 1.0\n",
-    "hutchdemo-1.0.dist-info/WHEEL":
-        b"Wheel-Version: 1.0\nGenerator: hutch-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = ""
-for name, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record += f"{name},sha256={digest},{len(data)}\n"
-record += "hutchdemo-1.0.dist-info/RECORD,,\n"
-with zipfile.ZipFile(sys.argv[1], "w") as wheel:
-    for name, data in files.items():
-        wheel.writestr(name, data)
-    wheel.writestr("hutchdemo-1.0.dist-info/RECORD", record)
-PY
-printf '<a href="../../files/hutchdemo-1.0-py3-none-any.whl">hutchdemo-1.0-py3-none-any.whl</a>\n' \
-  > "$PUB/simple/hutchdemo/index.html"
 )sh";
 
 // apt-get and dpkg on the host rootfs, whose /var is empty: their state directories first, then
@@ -98,12 +77,12 @@ class NetworkClientsTest : public ::testing::Test {
     CommandOptions options;
     options.env = {"PATH=/usr/bin:/bin", "HOME=" + temp_.path(), "PUB=" + pub,
                    "WORK=" + temp_.path() + "/work"};
-    auto built = run_command({"/bin/sh", "-c", kBuildTree}, options);
+    auto built = run_command(
+        {"/bin/sh", "-c",
+         kBuildTree + publish_wheel_sh("hutchdemo", "GREETING = 'hello from a wheel'\n")},
+        options);
     ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
-    upstream_ = std::make_unique<UpstreamNetns>(pub);
-    ASSERT_GT(upstream_->pid(), 0);
-    ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's http.server"))
-        << upstream_->log();
+    ASSERT_NO_FATAL_FAILURE(start_upstream_netns(pub, upstream_));
     std::vector<std::string> args = {"--destroy-on-exit", "--net-upstream-netns",
                                      upstream_->netns()};
     for (const char* name : {"api.test", "git.test", "deb.test", "pypi.test"}) {

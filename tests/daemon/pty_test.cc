@@ -112,14 +112,7 @@ TEST_F(PtyTest, InputReachesTheShellAndOutputReconnectsFromAnOffset) {
   auto followed =
       daemon_->get(base + "/output?follow=1&encoding=base64&offset=" + std::to_string(mark));
   ASSERT_EQ(followed.status, 200);
-  std::istringstream lines(followed.raw);
-  std::string line, data;
-  json last;
-  while (std::getline(lines, line)) {
-    if (line.empty()) continue;
-    last = json::parse(line);
-    if (last.contains("data")) data += last["data"].get<std::string>();
-  }
+  auto [data, last] = parse_followed(followed.raw);
   EXPECT_EQ(last["term_signal"], 2);
   EXPECT_EQ(last["next_offset"], all.size());
   auto direct = daemon_->get(base + "/output?encoding=base64&offset=" + std::to_string(mark));

@@ -29,17 +29,6 @@ bool process_running(int pid) {
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
-// Host processes in the mount namespace with this inode.
-int processes_in_mount_namespace(ino_t inode) {
-  int count = 0;
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
-    struct stat ns {};
-    if (::stat((entry.path() / "ns" / "mnt").c_str(), &ns) == 0 && ns.st_ino == inode) ++count;
-  }
-  return count;
-}
-
 class ReattachTest : public ::testing::TestWithParam<int> {
  protected:
   // A clean stop waits this long for a request in flight (a session's command).
@@ -222,14 +211,7 @@ TEST_P(ReattachTest, APtyRunningCatSurvives) {
   auto followed = daemon_->get(pty + "/output?follow=1&offset=0");
   closer.join();
   ASSERT_EQ(followed.status, 200);
-  std::istringstream lines(followed.raw);
-  std::string line, data;
-  json last;
-  while (std::getline(lines, line)) {
-    if (line.empty()) continue;
-    last = json::parse(line);
-    if (last.contains("data")) data += last["data"].get<std::string>();
-  }
+  auto [data, last] = parse_followed(followed.raw);
   EXPECT_EQ(data, output());
   EXPECT_NE(data.find("two\r\ntwo\r\n"), std::string::npos) << data;
   EXPECT_EQ(last["exit_code"], 137) << followed.raw;

@@ -57,17 +57,6 @@ std::vector<std::string> loop_devices_under(const std::string& prefix) {
   return devices;
 }
 
-// Host processes in the mount namespace with this inode.
-int processes_in_mount_namespace(ino_t inode) {
-  int count = 0;
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ignored)) {
-    struct stat ns {};
-    if (::stat((entry.path() / "ns" / "mnt").c_str(), &ns) == 0 && ns.st_ino == inode) ++count;
-  }
-  return count;
-}
-
 // What a live sandbox holds on the host.
 struct Footprint {
   int supervisor = 0;

@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,15 +30,17 @@
 #include <string_view>
 #include <vector>
 
-#include "net/tls/sandbox_ca.h"
 #include "runtime/base/unique_fd.h"
 #include "tests/common/command.h"
+#include "tests/common/dir_search.h"
 #include "tests/common/hutchd.h"
 #include "tests/common/must_work.h"
 #include "tests/common/processes.h"
+#include "tests/common/python_index.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/upstream_netns.h"
 #include "tests/common/wait.h"
+#include "tests/daemon/upstream_certificate.h"
 
 namespace hutch::testing {
 namespace {
@@ -47,12 +48,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // The package on the index: a client of the API, as an agent's SDK would be.
-const char* kBuildIndex = R"sh(
-set -eu
-mkdir -p "$PUB/simple/hutchllm" "$PUB/files"
-python3 - "$PUB/files/hutchllm-1.0-py3-none-any.whl" <<'PY'
-import base64, hashlib, sys, zipfile
-client = b'''import json, os, urllib.request
+const char* kClientModule = R"py(import json, os, urllib.request
 
 def chat(prompt):
     body = json.dumps({"model": "seed", "messages": [{"role": "user", "content": prompt}]})
@@ -62,26 +58,7 @@ def chat(prompt):
                  "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=20) as response:
         return json.load(response)["choices"][0]["message"]["content"]
-'''
-files = {
-    "hutchllm/__init__.py": client,
-    "hutchllm-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hutchllm\nVersion: 1.0\n",
-    "hutchllm-1.0.dist-info/WHEEL":
-        b"Wheel-Version: 1.0\nGenerator: hutch-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = ""
-for name, data in files.items():
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record += f"{name},sha256={digest},{len(data)}\n"
-record += "hutchllm-1.0.dist-info/RECORD,,\n"
-with zipfile.ZipFile(sys.argv[1], "w") as wheel:
-    for name, data in files.items():
-        wheel.writestr(name, data)
-    wheel.writestr("hutchllm-1.0.dist-info/RECORD", record)
-PY
-printf '<a href="../../files/hutchllm-1.0-py3-none-any.whl">hutchllm-1.0-py3-none-any.whl</a>\n' \
-  > "$PUB/simple/hutchllm/index.html"
-)sh";
+)py";
 
 // The API: POST answers a chat completion when the Authorization header is the one whose SHA-256
 // it was given (so the expected value is on no disk either), 401 otherwise; each request's
@@ -263,12 +240,10 @@ class SeedScenario : public ::testing::Test {
     const std::string pub = temp_.path() + "/pub";
     CommandOptions options;
     options.env = {"PATH=/usr/bin:/bin", "HOME=" + temp_.path(), "PUB=" + pub};
-    auto built = run_command({"/bin/sh", "-c", kBuildIndex}, options);
+    auto built = run_command(
+        {"/bin/sh", "-c", "set -eu\n" + publish_wheel_sh("hutchllm", kClientModule)}, options);
     ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
-    index_ = std::make_unique<UpstreamNetns>(pub);
-    ASSERT_GT(index_->pid(), 0);
-    ASSERT_TRUE(wait_until([&] { return index_->serving(); }, 10s, "U's http.server"))
-        << index_->log();
+    ASSERT_NO_FATAL_FAILURE(start_upstream_netns(pub, index_));
     start_api();
 
     std::vector<std::string> args = {
@@ -283,39 +258,23 @@ class SeedScenario : public ::testing::Test {
     ASSERT_EQ(call(daemon_->put("/v1/secrets/OPENAI_API_KEY", secret_)).status, 204);
   }
   void TearDown() override {
-    if (daemon_ && daemon_->pid() > 0) {
-      auto list = daemon_->get("/v1/sandboxes");
-      for (const json& sandbox : list.body["sandboxes"])
-        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
-      daemon_->stop(SIGTERM);
-    }
+    if (daemon_) daemon_->delete_sandboxes_and_stop();
     ::unsetenv("HUTCH_TEST_NET");
   }
 
   // The API on 0.0.0.0:443 in U's namespace, with a certificate for api.test.
   void start_api() {
-    auto ca = net::tls::SandboxCa::create({.label = "seed test upstream"});
-    ASSERT_TRUE(ca) << ca.error().message();
-    auto leaf = (*ca)->leaf_for("api.test");
-    ASSERT_TRUE(leaf) << leaf.error().message();
-    const std::string cert = temp_.path() + "/api.pem", key = temp_.path() + "/api.key";
-    upstream_ca_ = temp_.path() + "/upstream-ca.pem";
-    std::ofstream(upstream_ca_) << (*ca)->certificate_pem();
-    std::unique_ptr<FILE, int (*)(FILE*)> cert_file(std::fopen(cert.c_str(), "w"), std::fclose);
-    std::unique_ptr<FILE, int (*)(FILE*)> key_file(std::fopen(key.c_str(), "w"), std::fclose);
-    ASSERT_TRUE(cert_file && key_file);
-    ASSERT_EQ(PEM_write_X509(cert_file.get(), (*leaf)->certificate.get()), 1);
-    ASSERT_EQ(PEM_write_PrivateKey(key_file.get(), (*leaf)->key.get(), nullptr, nullptr, 0, nullptr,
-                                   nullptr),
-              1);
-    cert_file.reset();
-    key_file.reset();
+    UpstreamCertificate certificate;
+    ASSERT_NO_FATAL_FAILURE(write_upstream_certificate(temp_.path(), "api", "seed test upstream",
+                                                       "api.test", certificate));
+    upstream_ca_ = certificate.ca;
     std::ofstream(temp_.path() + "/api.py") << kApiServer;
     api_log_ = temp_.path() + "/api.log";
     api_ = std::make_unique<BackgroundCommand>(
         std::vector<std::string>{"/usr/bin/nsenter", "--net=" + index_->netns(), "/usr/bin/python3",
                                  temp_.path() + "/api.py", api_log_,
-                                 sha256_hex("Bearer " + secret_), cert, key},
+                                 sha256_hex("Bearer " + secret_), certificate.cert,
+                                 certificate.key},
         temp_.path() + "/api.err");
     ASSERT_GT(api_->pid(), 0);
     ASSERT_TRUE(wait_until(
@@ -347,18 +306,6 @@ class SeedScenario : public ::testing::Test {
 
   std::vector<json> network_log(const std::string& id) {
     return ndjson(call(daemon_->get("/v1/sandboxes/" + id + "/network/log")).raw);
-  }
-
-  // Whether `text` is in any file under hutchd's state dir (records, names files, background
-  // processes' output, the layers the bake made).
-  bool in_state_dir(std::string_view text) const {
-    std::error_code error;
-    for (const auto& entry :
-         std::filesystem::recursive_directory_iterator(daemon_->state_dir(), error)) {
-      if (!entry.is_regular_file(error) || entry.is_symlink(error)) continue;
-      if (slurp(entry.path()).find(text) != std::string::npos) return true;
-    }
-    return false;
   }
 
   int index_requests() const {
@@ -505,7 +452,7 @@ TEST_F(SeedScenario, RecipeInstallsFromTheIndexAndTheAgentReachesTheApiWithoutTh
   call(daemon_->get("/v1/secrets"));
   EXPECT_EQ(replies_.find(secret_), std::string::npos) << "a reply of hutchd";
   EXPECT_EQ(daemon_->log().find(secret_), std::string::npos) << "hutchd's log";
-  EXPECT_FALSE(in_state_dir(secret_)) << "hutchd's state dir";
+  EXPECT_FALSE(tree_holds(daemon_->state_dir(), secret_)) << "hutchd's state dir";
 }
 
 // The hostile list of issue #12, from inside a real sandbox through hutchd, for what no other

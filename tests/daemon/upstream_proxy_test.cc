@@ -48,10 +48,7 @@ class UpstreamProxyDaemon : public ::testing::Test {
       HUTCH_REQUIRE(::access(tool, X_OK) == 0, std::string("needs ") + tool);
     ::setenv("HUTCH_TEST_NET", "1", 1);
     std::ofstream(temp_.path() + "/index.html") << kPage;
-    upstream_ = std::make_unique<UpstreamNetns>(temp_.path());
-    ASSERT_GT(upstream_->pid(), 0);
-    ASSERT_TRUE(wait_until([&] { return upstream_->serving(); }, 10s, "U's http.server"))
-        << upstream_->log();
+    ASSERT_NO_FATAL_FAILURE(start_upstream_netns(temp_.path(), upstream_));
     ASSERT_EQ(run_command({"/usr/bin/nsenter", "--net=" + upstream_->netns(), "/usr/sbin/ip",
                            "addr", "add", "198.51.100.9/32", "dev", "lo"})
                   .exit_code,
@@ -67,12 +64,7 @@ class UpstreamProxyDaemon : public ::testing::Test {
     ASSERT_EQ(::chmod(secrets_file_.c_str(), 0600), 0);
   }
   void TearDown() override {
-    if (daemon_ && daemon_->pid() > 0) {
-      auto list = daemon_->get("/v1/sandboxes");
-      for (const json& sandbox : list.body["sandboxes"])
-        daemon_->del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
-      daemon_->stop(SIGTERM);
-    }
+    if (daemon_) daemon_->delete_sandboxes_and_stop();
     proxy_.reset();
     ::unsetenv("HUTCH_TEST_NET");
   }

@@ -38,6 +38,7 @@
 #include "tests/common/netns.h"
 #include "tests/common/socket_io.h"
 #include "tests/common/wait.h"
+#include "tests/net/engine_world.h"
 
 namespace hutch::net {
 namespace {
@@ -49,16 +50,7 @@ Address addr(const char* text) { return *Address::parse(text); }
 
 using testing::new_netns;
 
-// `body` on a thread of its own inside the network namespace `netns`.
-template <class Body>
-auto in_netns(int netns, Body&& body) {
-  decltype(body()) result{};
-  std::thread([&] {
-    if (setns(netns, CLONE_NEWNET) != 0) abort();
-    result = body();
-  }).join();
-  return result;
-}
+using testing::in_netns;
 
 sockaddr_in sockaddr_of(const Address& address, uint16_t port) {
   sockaddr_in out{};
@@ -428,22 +420,9 @@ class EngineTest : public ::testing::Test {
     sandbox_ns_ = new_netns();
     upstream_ns_ = new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
-    const bool upstream_ready = in_netns(upstream_ns_.get(), [] {
-      for (const char* address : {"198.51.100.10/32", "198.51.100.20/32", "169.254.169.254/32"}) {
-        if (testing::run_command({"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}).exit_code !=
-            0) {
-          return false;
-        }
-      }
-      return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
-    });
-    ASSERT_TRUE(upstream_ready) << "ip addr add in the upstream namespace";
     // lo comes up with the sandbox's namespace (the runtime makes it so), before the path.
-    ASSERT_TRUE(in_netns(sandbox_ns_.get(), [] {
-      return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
-    }));
-    auto installed = install_egress_path(sandbox_ns_.get());
-    ASSERT_TRUE(installed) << installed.error().message();
+    ASSERT_NO_FATAL_FAILURE(testing::prepare_namespaces(sandbox_ns_.get(), upstream_ns_.get(),
+                                                        {kApi, kOther, kMetadata}));
     servers_.push_back(std::make_unique<Upstream>(upstream_ns_.get(), kApi, 80, serve_http));
     servers_.push_back(std::make_unique<Upstream>(upstream_ns_.get(), kOther, 80, serve_http));
     servers_.push_back(std::make_unique<Upstream>(upstream_ns_.get(), kApi, 443, serve_echo));

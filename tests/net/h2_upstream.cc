@@ -16,6 +16,8 @@
 #include <memory>
 
 #include "net/tls/server_context.h"
+#include "tests/common/netns.h"
+#include "tests/common/socket_io.h"
 
 namespace hutch::testing {
 namespace {
@@ -187,18 +189,7 @@ H2Upstream::H2Upstream(int netns, const net::Address& address, net::tls::Sandbox
                                      : std::vector<std::string>{"h2", "http/1.1"}});
   if (!context) return;
   context_ = std::move(*context);
-  std::thread([&] {
-    if (setns(netns, CLONE_NEWNET) != 0) return;
-    UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in at{};
-    at.sin_family = AF_INET;
-    at.sin_port = htons(443);
-    at.sin_addr.s_addr = htonl(address.v4_value());
-    if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0 &&
-        listen(fd.get(), 16) == 0) {
-      listener_ = std::move(fd);
-    }
-  }).join();
+  listener_ = listen_in(netns, address.v4_value(), 443);
   if (listener_) thread_ = std::thread([this] { run(); });
 }
 
@@ -219,9 +210,7 @@ std::vector<uint32_t> H2Upstream::resets() const {
 
 void H2Upstream::run() {
   while (!stop_) {
-    pollfd ready{.fd = listener_.get(), .events = POLLIN, .revents = 0};
-    if (poll(&ready, 1, 100) != 1) continue;
-    UniqueFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    UniqueFd connection = accept_within_100ms(listener_.get());
     if (!connection) continue;
     ++accepted_;
     connections_.emplace_back(

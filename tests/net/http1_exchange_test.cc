@@ -40,6 +40,7 @@
 #include "tests/common/socket_io.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
+#include "tests/net/engine_world.h"
 
 namespace hutch::net {
 namespace {
@@ -52,15 +53,7 @@ const Address kOther = *Address::parse("198.51.100.20");
 
 using testing::new_netns;
 
-template <class Body>
-auto in_netns(int netns, Body&& body) {
-  decltype(body()) result{};
-  std::thread([&] {
-    if (setns(netns, CLONE_NEWNET) != 0) abort();
-    result = body();
-  }).join();
-  return result;
-}
+using testing::in_netns;
 
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(),
@@ -234,17 +227,7 @@ class Upstream {
  public:
   Upstream(int netns, const Address& address, uint16_t port, tls::SslCtxPtr tls = nullptr)
       : tls_(std::move(tls)) {
-    listener_ = in_netns(netns, [&] {
-      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in at{};
-      at.sin_family = AF_INET;
-      at.sin_port = htons(port);
-      at.sin_addr.s_addr = htonl(address.v4_value());
-      if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) != 0 ||
-          listen(fd.get(), 16) != 0)
-        return UniqueFd();
-      return fd;
-    });
+    listener_ = testing::listen_in(netns, address.v4_value(), port);
     if (listener_) thread_ = std::thread([this] { run(); });
   }
   ~Upstream() {
@@ -390,11 +373,7 @@ Policy exchange_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
   for (const char* rule : {"api.test", "other.test"}) policy.allow.push_back(*parse_rule(rule));
-  policy.inject.push_back(InjectRule{
-      .match_hosts = {*parse_rule("api.test")},
-      .method = std::nullopt,
-      .path_prefix = "/v1/",
-      .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}});
+  policy.inject.push_back(testing::openai_key_rule({"api.test"}));
   return policy;
 }
 
@@ -407,32 +386,13 @@ class Http1Exchange : public ::testing::Test {
     sandbox_ns_ = new_netns();
     upstream_ns_ = new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
-    ASSERT_TRUE(in_netns(upstream_ns_.get(), [] {
-      for (const char* address : {"198.51.100.10/32", "198.51.100.20/32"}) {
-        if (testing::run_command({"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}).exit_code)
-          return false;
-      }
-      return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
-    }));
-    ASSERT_TRUE(in_netns(sandbox_ns_.get(), [] {
-      return testing::run_command({"/usr/sbin/ip", "link", "set", "lo", "up"}).exit_code == 0;
-    }));
-    auto installed = install_egress_path(sandbox_ns_.get());
-    ASSERT_TRUE(installed) << installed.error().message();
-
-    auto upstream_ca = tls::SandboxCa::create({.label = "test upstreams"});
-    auto sandbox_ca = tls::SandboxCa::create({.label = "sb"});
-    ASSERT_TRUE(upstream_ca && sandbox_ca);
-    upstream_ca_ = std::move(*upstream_ca);
-    sandbox_ca_ = std::shared_ptr<tls::SandboxCa>(std::move(*sandbox_ca));
-    upstream_ca_path_ = dir_.path() + "/upstream-ca.pem";
-    sandbox_ca_path_ = dir_.path() + "/sandbox-ca.pem";
-    std::ofstream(upstream_ca_path_) << upstream_ca_->certificate_pem();
-    std::ofstream(sandbox_ca_path_) << sandbox_ca_->certificate_pem();
+    ASSERT_NO_FATAL_FAILURE(
+        testing::prepare_namespaces(sandbox_ns_.get(), upstream_ns_.get(), {kApi, kOther}));
+    ASSERT_NO_FATAL_FAILURE(testing::make_engine_cas(dir_.path(), cas_));
 
     api_ = std::make_unique<Upstream>(upstream_ns_.get(), kApi, 80);
     other_ = std::make_unique<Upstream>(upstream_ns_.get(), kOther, 80);
-    auto context = tls::make_server_context(*upstream_ca_, {.alpn = {"http/1.1"}});
+    auto context = tls::make_server_context(*cas_.upstream, {.alpn = {"http/1.1"}});
     ASSERT_TRUE(context) << context.error().message();
     api_tls_ = std::make_unique<Upstream>(upstream_ns_.get(), kApi, 443, std::move(*context));
     ASSERT_TRUE(api_->ok() && other_->ok() && api_tls_->ok()) << "an upstream's bind";
@@ -444,20 +404,11 @@ class Http1Exchange : public ::testing::Test {
     EngineOptions options;
     options.resolver = static_resolver({{"api.test", {kApi}}, {"other.test", {kOther}}});
     options.upstream_netns_fd = upstream_ns_.get();
-    options.upstream_ca_file = upstream_ca_path_;
-    options.secrets = [](std::string_view name) -> std::optional<std::string> {
-      if (name == "OPENAI_API_KEY") return std::string(kSecret);
-      return std::nullopt;
-    };
-    engine_ = std::make_unique<Engine>(std::move(options), [this](const ConnectionLog& log) {
-      std::lock_guard lock(mutex_);
-      logs_.push_back(log);
-    });
-    auto listeners = bind_egress_listeners(sandbox_ns_.get());
-    ASSERT_TRUE(listeners) << listeners.error().message();
-    auto attached = engine_->attach("sb", std::move(*listeners), exchange_policy(), {},
-                                    SandboxInjection{sandbox_ca_, *key});
-    ASSERT_TRUE(attached) << attached.error().message();
+    options.upstream_ca_file = cas_.upstream_path;
+    options.secrets = testing::secrets_of({{"OPENAI_API_KEY", std::string(kSecret)}});
+    engine_ = testing::make_logging_engine(std::move(options), mutex_, logs_);
+    ASSERT_NO_FATAL_FAILURE(testing::attach_sandbox(*engine_, sandbox_ns_.get(), exchange_policy(),
+                                                    {}, SandboxInjection{cas_.sandbox, *key}));
   }
 
   void TearDown() override {
@@ -498,7 +449,7 @@ class Http1Exchange : public ::testing::Test {
   auto tls(Body&& body) {
     UniqueFd fd = connect_from_sandbox(kApi, 443);
     tls::SslCtxPtr context(SSL_CTX_new(TLS_client_method()));
-    SSL_CTX_load_verify_locations(context.get(), sandbox_ca_path_.c_str(), nullptr);
+    SSL_CTX_load_verify_locations(context.get(), cas_.sandbox_path.c_str(), nullptr);
     SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
     tls::SslPtr ssl(SSL_new(context.get()));
     SSL_set_tlsext_host_name(ssl.get(), "api.test");
@@ -511,17 +462,7 @@ class Http1Exchange : public ::testing::Test {
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
-    std::optional<ConnectionLog> found;
-    (void)testing::wait_until(
-        [&] {
-          std::lock_guard lock(mutex_);
-          for (const ConnectionLog& log : logs_) {
-            if (match(log)) found = log;
-          }
-          return found.has_value();
-        },
-        5s, "the connection's log");
-    return found;
+    return testing::last_log_where(mutex_, logs_, match);
   }
 
   static nlohmann::json denial_body(const std::string& response) {
@@ -531,9 +472,7 @@ class Http1Exchange : public ::testing::Test {
 
   testing::TempDir dir_;
   UniqueFd sandbox_ns_, upstream_ns_;
-  std::unique_ptr<tls::SandboxCa> upstream_ca_;
-  std::shared_ptr<tls::SandboxCa> sandbox_ca_;
-  std::string upstream_ca_path_, sandbox_ca_path_;
+  testing::EngineCas cas_;
   std::unique_ptr<Upstream> api_, other_, api_tls_;
   std::string placeholder_;
   std::unique_ptr<Engine> engine_;
@@ -667,7 +606,7 @@ TEST_F(Http1Exchange, CurlsChunkedUploadThroughTerminatedTlsArrivesWhole) {
   const auto got = testing::run_command(
       {"/usr/bin/nsenter",
        "--net=/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(sandbox_ns_.get()), "--",
-       "/usr/bin/curl", "-sS", "--max-time", "20", "--http1.1", "--cacert", sandbox_ca_path_,
+       "/usr/bin/curl", "-sS", "--max-time", "20", "--http1.1", "--cacert", cas_.sandbox_path,
        "--resolve", "api.test:443:" + kApi.to_string(), "-H", "Transfer-Encoding: chunked", "-H",
        "Authorization: Bearer " + placeholder_, "--data-binary", "@" + file,
        "https://api.test/v1/upload"});

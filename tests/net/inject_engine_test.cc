@@ -36,8 +36,10 @@
 #include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
+#include "tests/net/engine_world.h"
 #include "tests/net/h2_client.h"
 #include "tests/net/h2_upstream.h"
+#include "tests/net/http1_upstream.h"
 
 namespace hutch::net {
 namespace {
@@ -52,113 +54,21 @@ const Address kH2 = *Address::parse("198.51.100.40");
 
 using testing::new_netns;
 
-bool run_in(int netns, const std::vector<std::string>& argv) {
-  bool ok = false;
-  std::thread([&] {
-    if (setns(netns, CLONE_NEWNET) == 0) ok = testing::run_command(argv).exit_code == 0;
-  }).join();
-  return ok;
+// An HTTPS server on 443 of `address` in U, its certificate from `ca`: keep-alive HTTP/1.1, each
+// request answered "ok".
+std::unique_ptr<testing::Http1Upstream> tls_upstream(int netns, const Address& address,
+                                                     tls::SandboxCa& ca) {
+  auto context = tls::make_server_context(ca, {.alpn = {"http/1.1"}});
+  if (!context) return nullptr;
+  return std::make_unique<testing::Http1Upstream>(netns, address, 443, "ok", std::move(*context));
 }
-
-// An HTTPS server on 443 of `address` in U: keep-alive HTTP/1.1, every request head recorded,
-// each answered "ok" (never echoing a header: what the sandbox reads must not hold the secret).
-class TlsUpstream {
- public:
-  TlsUpstream(int netns, const Address& address, tls::SandboxCa& ca) {
-    auto context = tls::make_server_context(ca, {.alpn = {"http/1.1"}});
-    if (!context) return;
-    context_ = std::move(*context);
-    std::thread([&] {
-      if (setns(netns, CLONE_NEWNET) != 0) return;
-      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in at{};
-      at.sin_family = AF_INET;
-      at.sin_port = htons(443);
-      at.sin_addr.s_addr = htonl(address.v4_value());
-      if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0 &&
-          listen(fd.get(), 16) == 0) {
-        listener_ = std::move(fd);
-      }
-    }).join();
-    if (listener_) thread_ = std::thread([this] { run(); });
-  }
-  ~TlsUpstream() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  bool ok() const { return static_cast<bool>(listener_); }
-  int accepted() const { return accepted_; }
-  std::vector<std::string> heads() const {
-    std::lock_guard lock(mutex_);
-    return heads_;
-  }
-
- private:
-  void run() {
-    while (!stop_) {
-      pollfd ready{.fd = listener_.get(), .events = POLLIN, .revents = 0};
-      if (poll(&ready, 1, 100) != 1) continue;
-      UniqueFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!connection) continue;
-      ++accepted_;
-      const timeval timeout{5, 0};
-      setsockopt(connection.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-      tls::SslPtr ssl(SSL_new(context_.get()));
-      SSL_set_fd(ssl.get(), connection.get());
-      if (SSL_accept(ssl.get()) == 1) serve(ssl.get());
-      ERR_clear_error();
-    }
-  }
-
-  void serve(SSL* ssl) {
-    std::string buffer;
-    char chunk[4096];
-    while (true) {
-      size_t end;
-      while ((end = buffer.find("\r\n\r\n")) == std::string::npos) {
-        const int n = SSL_read(ssl, chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-      }
-      const std::string head = buffer.substr(0, end + 4);
-      buffer.erase(0, end + 4);
-      size_t length = 0;
-      if (auto at = head.find("Content-Length: "); at != std::string::npos)
-        length = std::stoul(head.substr(at + 16));
-      while (buffer.size() < length) {
-        const int n = SSL_read(ssl, chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-      }
-      buffer.erase(0, length);
-      {
-        std::lock_guard lock(mutex_);
-        heads_.push_back(head);
-      }
-      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-      if (SSL_write(ssl, answer.data(), static_cast<int>(answer.size())) <= 0) return;
-    }
-  }
-
-  tls::SslCtxPtr context_;
-  UniqueFd listener_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> accepted_{0};
-  mutable std::mutex mutex_;
-  std::vector<std::string> heads_;
-};
 
 Policy inject_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
   for (const char* rule : {"api.test", "other.test", "rogue.test", "h2.test"})
     policy.allow.push_back(*parse_rule(rule));
-  policy.inject.push_back(InjectRule{
-      .match_hosts = {*parse_rule("api.test"), *parse_rule("rogue.test"), *parse_rule("h2.test")},
-      .method = std::nullopt,
-      .path_prefix = "/v1/",
-      .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}});
+  policy.inject.push_back(testing::openai_key_rule({"api.test", "rogue.test", "h2.test"}));
   return policy;
 }
 
@@ -172,36 +82,24 @@ class InjectEngine : public ::testing::Test {
     sandbox_ns_ = new_netns();
     upstream_ns_ = new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
-    for (const char* address :
-         {"198.51.100.10/32", "198.51.100.20/32", "198.51.100.30/32", "198.51.100.40/32"})
-      ASSERT_TRUE(
-          run_in(upstream_ns_.get(), {"/usr/sbin/ip", "addr", "add", address, "dev", "lo"}));
-    ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
-    ASSERT_TRUE(run_in(sandbox_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
-    auto installed = install_egress_path(sandbox_ns_.get());
-    ASSERT_TRUE(installed) << installed.error().message();
+    ASSERT_NO_FATAL_FAILURE(testing::prepare_namespaces(sandbox_ns_.get(), upstream_ns_.get(),
+                                                        {kApi, kOther, kRogue, kH2}));
 
     // The upstreams' CA (the engine trusts it, as it would the host's roots), and a rogue one
     // it does not trust.
-    auto upstream_ca = tls::SandboxCa::create({.label = "test upstreams"});
+    ASSERT_NO_FATAL_FAILURE(testing::make_engine_cas(dir_.path(), cas_));
     auto rogue_ca = tls::SandboxCa::create({.label = "rogue"});
-    auto sandbox_ca = tls::SandboxCa::create({.label = "sb"});
-    ASSERT_TRUE(upstream_ca && rogue_ca && sandbox_ca);
-    upstream_ca_ = std::move(*upstream_ca);
+    ASSERT_TRUE(rogue_ca);
     rogue_ca_ = std::move(*rogue_ca);
-    sandbox_ca_ = std::shared_ptr<tls::SandboxCa>(std::move(*sandbox_ca));
-    upstream_ca_path_ = dir_.path() + "/upstream-ca.pem";
-    sandbox_ca_path_ = dir_.path() + "/sandbox-ca.pem";
     bundle_path_ = dir_.path() + "/bundle.pem";
-    std::ofstream(upstream_ca_path_) << upstream_ca_->certificate_pem();
-    std::ofstream(sandbox_ca_path_) << sandbox_ca_->certificate_pem();
-    std::ofstream(bundle_path_) << upstream_ca_->certificate_pem()
-                                << sandbox_ca_->certificate_pem();
+    std::ofstream(bundle_path_) << cas_.upstream->certificate_pem()
+                                << cas_.sandbox->certificate_pem();
 
-    api_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kApi, *upstream_ca_);
-    other_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kOther, *upstream_ca_);
-    rogue_ = std::make_unique<TlsUpstream>(upstream_ns_.get(), kRogue, *rogue_ca_);
-    h2_ = std::make_unique<testing::H2Upstream>(upstream_ns_.get(), kH2, *upstream_ca_);
+    api_ = tls_upstream(upstream_ns_.get(), kApi, *cas_.upstream);
+    other_ = tls_upstream(upstream_ns_.get(), kOther, *cas_.upstream);
+    rogue_ = tls_upstream(upstream_ns_.get(), kRogue, *rogue_ca_);
+    h2_ = std::make_unique<testing::H2Upstream>(upstream_ns_.get(), kH2, *cas_.upstream);
+    ASSERT_TRUE(api_ && other_ && rogue_) << "an upstream's server context";
     ASSERT_TRUE(api_->ok() && other_->ok() && rogue_->ok() && h2_->ok()) << "an upstream's bind";
 
     auto key = new_placeholder_key();
@@ -215,20 +113,11 @@ class InjectEngine : public ::testing::Test {
                                         {"rogue.test", {kRogue}},
                                         {"h2.test", {kH2}}});
     options.upstream_netns_fd = upstream_ns_.get();
-    options.upstream_ca_file = upstream_ca_path_;
-    options.secrets = [](std::string_view name) -> std::optional<std::string> {
-      if (name == "OPENAI_API_KEY") return std::string(kSecret);
-      return std::nullopt;
-    };
-    engine_ = std::make_unique<Engine>(std::move(options), [this](const ConnectionLog& log) {
-      std::lock_guard lock(mutex_);
-      logs_.push_back(log);
-    });
-    auto listeners = bind_egress_listeners(sandbox_ns_.get());
-    ASSERT_TRUE(listeners) << listeners.error().message();
-    auto attached = engine_->attach("sb", std::move(*listeners), inject_policy(), {},
-                                    SandboxInjection{sandbox_ca_, key_});
-    ASSERT_TRUE(attached) << attached.error().message();
+    options.upstream_ca_file = cas_.upstream_path;
+    options.secrets = testing::secrets_of({{"OPENAI_API_KEY", std::string(kSecret)}});
+    engine_ = testing::make_logging_engine(std::move(options), mutex_, logs_);
+    ASSERT_NO_FATAL_FAILURE(testing::attach_sandbox(*engine_, sandbox_ns_.get(), inject_policy(),
+                                                    {}, SandboxInjection{cas_.sandbox, key_}));
   }
 
   void TearDown() override {
@@ -274,17 +163,7 @@ class InjectEngine : public ::testing::Test {
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
-    std::optional<ConnectionLog> found;
-    (void)testing::wait_until(
-        [&] {
-          std::lock_guard lock(mutex_);
-          for (const ConnectionLog& log : logs_) {
-            if (match(log)) found = log;
-          }
-          return found.has_value();
-        },
-        5s, "the connection's log");
-    return found;
+    return testing::last_log_where(mutex_, logs_, match);
   }
 
   bool any_log_holds_secret() {
@@ -299,10 +178,10 @@ class InjectEngine : public ::testing::Test {
 
   testing::TempDir dir_;
   UniqueFd sandbox_ns_, upstream_ns_;
-  std::unique_ptr<tls::SandboxCa> upstream_ca_, rogue_ca_;
-  std::shared_ptr<tls::SandboxCa> sandbox_ca_;
-  std::string upstream_ca_path_, sandbox_ca_path_, bundle_path_;
-  std::unique_ptr<TlsUpstream> api_, other_, rogue_;
+  testing::EngineCas cas_;
+  std::unique_ptr<tls::SandboxCa> rogue_ca_;
+  std::string bundle_path_;
+  std::unique_ptr<testing::Http1Upstream> api_, other_, rogue_;
   std::unique_ptr<testing::H2Upstream> h2_;
   PlaceholderKey key_{};
   std::string placeholder_;
@@ -314,7 +193,7 @@ class InjectEngine : public ::testing::Test {
 TEST_F(InjectEngine,
        UpstreamGetsTheSecretOnEveryKeptAliveRequestWhileTheSandboxSendsThePlaceholder) {
   const auto got = curl({"https://api.test/v1/chat", "https://api.test/v1/models"}, "api.test",
-                        kApi, sandbox_ca_path_, {"-H", "Authorization: Bearer " + placeholder_});
+                        kApi, cas_.sandbox_path, {"-H", "Authorization: Bearer " + placeholder_});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(got.out, "okok");
   EXPECT_EQ(got.out.find(kSecret), std::string::npos);
@@ -338,14 +217,14 @@ TEST_F(InjectEngine,
 
 TEST_F(InjectEngine, SandboxCaServesTheRuleHostAndOnlyItsOwnCertVerifiesWithoutIt) {
   // With the upstreams' CA alone curl refuses api.test: the engine shows the sandbox CA's leaf.
-  const auto refused = curl({"https://api.test/v1/x"}, "api.test", kApi, upstream_ca_path_);
+  const auto refused = curl({"https://api.test/v1/x"}, "api.test", kApi, cas_.upstream_path);
   EXPECT_NE(refused.exit_code, 0) << refused.out;
   EXPECT_TRUE(api_->heads().empty());
 }
 
 TEST_F(InjectEngine, HostWithoutRulesPassesThroughWithTheUpstreamsOwnCertificate) {
   // Verified by the upstreams' CA alone: the engine did not terminate other.test.
-  const auto got = curl({"https://other.test/v1/x"}, "other.test", kOther, upstream_ca_path_,
+  const auto got = curl({"https://other.test/v1/x"}, "other.test", kOther, cas_.upstream_path,
                         {"-H", "Authorization: Bearer " + placeholder_});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(got.out, "ok");
@@ -353,14 +232,14 @@ TEST_F(InjectEngine, HostWithoutRulesPassesThroughWithTheUpstreamsOwnCertificate
   ASSERT_EQ(heads.size(), 1u);
   EXPECT_EQ(heads[0].find(kSecret), std::string::npos) << "never injected without a rule";
   // And with only the sandbox CA, other.test does not verify: nothing minted a leaf for it.
-  const auto refused = curl({"https://other.test/"}, "other.test", kOther, sandbox_ca_path_);
+  const auto refused = curl({"https://other.test/"}, "other.test", kOther, cas_.sandbox_path);
   EXPECT_NE(refused.exit_code, 0);
-  EXPECT_EQ(sandbox_ca_->cached_leaves(), 0u);
+  EXPECT_EQ(cas_.sandbox->cached_leaves(), 0u);
 }
 
 TEST_F(InjectEngine, PlaceholderWhereNoRulePutsItIsRefusedWith403AndLogged) {
   // /admin is outside the rule's path prefix: the placeholder would go there as it is.
-  const auto got = curl({"https://api.test/admin"}, "api.test", kApi, sandbox_ca_path_,
+  const auto got = curl({"https://api.test/admin"}, "api.test", kApi, cas_.sandbox_path,
                         {"-H", "X-Key: " + placeholder_});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   auto body = nlohmann::json::parse(got.out, nullptr, false);
@@ -377,7 +256,7 @@ TEST_F(InjectEngine, PlaceholderWhereNoRulePutsItIsRefusedWith403AndLogged) {
 }
 
 TEST_F(InjectEngine, PlaceholderInAnotherHeaderOfACoveredRequestIsRefused) {
-  const auto got = curl({"https://api.test/v1/chat"}, "api.test", kApi, sandbox_ca_path_,
+  const auto got = curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.sandbox_path,
                         {"-H", "X-Forward: " + placeholder_});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_NE(got.out.find("\"rule\":\"inject\""), std::string::npos) << got.out;
@@ -385,8 +264,8 @@ TEST_F(InjectEngine, PlaceholderInAnotherHeaderOfACoveredRequestIsRefused) {
 }
 
 TEST_F(InjectEngine, PlaceholderInPlainHttpToAnotherHostIsRefusedAndLogged) {
-  const auto got =
-      curl({"http://other.test/collect?k=" + placeholder_}, "other.test", kOther, sandbox_ca_path_);
+  const auto got = curl({"http://other.test/collect?k=" + placeholder_}, "other.test", kOther,
+                        cas_.sandbox_path);
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_NE(got.out.find("\"rule\":\"inject\""), std::string::npos) << got.out;
   EXPECT_NE(got.out.find("plain HTTP"), std::string::npos) << got.out;
@@ -398,7 +277,7 @@ TEST_F(InjectEngine, PlaceholderInPlainHttpToAnotherHostIsRefusedAndLogged) {
 
 TEST_F(InjectEngine, UpstreamThatDoesNotVerifyIsResetAndLogged) {
   // rogue.test has a rule, but its certificate is from a CA the engine does not trust.
-  const auto got = curl({"https://rogue.test/v1/x"}, "rogue.test", kRogue, sandbox_ca_path_,
+  const auto got = curl({"https://rogue.test/v1/x"}, "rogue.test", kRogue, cas_.sandbox_path,
                         {"-H", "Authorization: Bearer " + placeholder_});
   EXPECT_NE(got.exit_code, 0) << got.out;
   EXPECT_TRUE(rogue_->heads().empty());
@@ -411,7 +290,7 @@ TEST_F(InjectEngine, UpstreamThatDoesNotVerifyIsResetAndLogged) {
 // Chunked uploads, framing and upgrades on terminated connections:
 // tests/net/http1_exchange_test.cc.
 TEST_F(InjectEngine, HostMismatchOnATerminatedConnectionIsRefused) {
-  const auto fronted = curl({"https://api.test/v1/x"}, "api.test", kApi, sandbox_ca_path_,
+  const auto fronted = curl({"https://api.test/v1/x"}, "api.test", kApi, cas_.sandbox_path,
                             {"-H", "Host: other.test"});
   ASSERT_EQ(fronted.exit_code, 0) << fronted.err;
   EXPECT_NE(fronted.out.find("is not the TLS server name"), std::string::npos) << fronted.out;
@@ -422,7 +301,7 @@ TEST_F(InjectEngine, HostMismatchOnATerminatedConnectionIsRefused) {
 // h2.test's choice of h2 is what the sandbox is offered in turn (Relay::terminate_tls).
 TEST_F(InjectEngine, H2ConcurrentStreamsOnOneConnectionEachGetTheSecretInjected) {
   const auto got = curl({"https://h2.test/v1/pair/a", "https://h2.test/v1/pair/b"}, "h2.test", kH2,
-                        sandbox_ca_path_,
+                        cas_.sandbox_path,
                         {"--http2", "--parallel", "-H", "Authorization: Bearer " + placeholder_,
                          "-w", " %{http_version}\n"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
@@ -450,9 +329,9 @@ TEST_F(InjectEngine, H2StreamWithAnotherAuthorityIsRefusedWhileTheOtherStreamGoe
   // Two URL groups on one connection (--next keeps it): the second sends Host: other.test, which
   // curl turns into that stream's :authority.
   const auto got = curl(
-      {"https://h2.test/v1/b"}, "h2.test", kH2, sandbox_ca_path_,
+      {"https://h2.test/v1/b"}, "h2.test", kH2, cas_.sandbox_path,
       {"--http2", "--parallel", "https://h2.test/v1/a", "--next", "--http2", "--cacert",
-       sandbox_ca_path_, "--resolve", "h2.test:443:" + kH2.to_string(), "-H", "Host: other.test"});
+       cas_.sandbox_path, "--resolve", "h2.test:443:" + kH2.to_string(), "-H", "Host: other.test"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_NE(got.out.find("ok"), std::string::npos) << got.out;
   EXPECT_NE(got.out.find("is not the TLS server name h2.test"), std::string::npos) << got.out;
@@ -472,7 +351,7 @@ TEST_F(InjectEngine, H2StreamWithAnotherAuthorityIsRefusedWhileTheOtherStreamGoe
 }
 
 TEST_F(InjectEngine, H2PlaceholderInAnotherHeaderIsRefusedWith403NamingTheSecret) {
-  const auto got = curl({"https://h2.test/v1/chat"}, "h2.test", kH2, sandbox_ca_path_,
+  const auto got = curl({"https://h2.test/v1/chat"}, "h2.test", kH2, cas_.sandbox_path,
                         {"--http2", "-H", "X-Forward: " + placeholder_, "-w", "%{http_code}"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   ASSERT_TRUE(got.out.ends_with("403")) << got.out;
@@ -497,7 +376,7 @@ TEST_F(InjectEngine, H2LargeBodiesPastTheFlowControlWindowsAreRelayedByteExact) 
   const std::string in = dir_.path() + "/upload.bin", out = dir_.path() + "/download.bin";
   std::ofstream(in, std::ios::binary) << sent;
   const auto got =
-      curl({"https://h2.test/v1/echo"}, "h2.test", kH2, sandbox_ca_path_,
+      curl({"https://h2.test/v1/echo"}, "h2.test", kH2, cas_.sandbox_path,
            {"--http2", "--max-time", "60", "-H", "Authorization: Bearer " + placeholder_,
             "--data-binary", "@" + in, "-o", out, "-w", "%{http_code} %{http_version}"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
@@ -515,7 +394,7 @@ TEST_F(InjectEngine, H2LargeBodiesPastTheFlowControlWindowsAreRelayedByteExact) 
 
 TEST_F(InjectEngine, H2ResponseTrailersReachTheSandbox) {
   const std::string headers = dir_.path() + "/headers.txt";
-  const auto got = curl({"https://h2.test/v1/trailers"}, "h2.test", kH2, sandbox_ca_path_,
+  const auto got = curl({"https://h2.test/v1/trailers"}, "h2.test", kH2, cas_.sandbox_path,
                         {"--http2", "-D", headers});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(got.out, "ok");
@@ -528,7 +407,7 @@ TEST_F(InjectEngine, H2ResponseTrailersReachTheSandbox) {
 
 TEST_F(InjectEngine, H2CapableClientToAnHttp11OnlyUpstreamSpeaksHttp11OnBothLegs) {
   const auto got =
-      curl({"https://api.test/v1/chat"}, "api.test", kApi, sandbox_ca_path_,
+      curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.sandbox_path,
            {"--http2", "-H", "Authorization: Bearer " + placeholder_, "-w", " %{http_version}"});
   ASSERT_EQ(got.exit_code, 0) << got.err;
   EXPECT_EQ(got.out, "ok 1.1");
@@ -542,7 +421,7 @@ TEST_F(InjectEngine, H2CapableClientToAnHttp11OnlyUpstreamSpeaksHttp11OnBothLegs
 // What curl cannot send or show, with the scripted client (tests/net/h2_client.h).
 TEST_F(InjectEngine, H2RequestTrailersAreForwardedAndAPlaceholderInOneIsRefused) {
   in_sandbox([&] {
-    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    testing::H2Client client(kH2, "h2.test", cas_.sandbox_path);
     ASSERT_TRUE(client.ok());
     const int32_t kept =
         client.request("POST", "/v1/echo", {{"authorization", "Bearer " + placeholder_}},
@@ -569,7 +448,7 @@ TEST_F(InjectEngine, H2RequestTrailersAreForwardedAndAPlaceholderInOneIsRefused)
 
 TEST_F(InjectEngine, H2StreamResetsCrossTheRelayBothWaysWithTheirCodes) {
   in_sandbox([&] {
-    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    testing::H2Client client(kH2, "h2.test", cas_.sandbox_path);
     ASSERT_TRUE(client.ok());
     const int32_t refused = client.request("GET", "/v1/reset");
     const int32_t held = client.request("GET", "/v1/pair/held");
@@ -587,7 +466,7 @@ TEST_F(InjectEngine, H2StreamResetsCrossTheRelayBothWaysWithTheirCodes) {
 
 TEST_F(InjectEngine, H2UpstreamGoawayReachesTheSandboxAfterItsLastStream) {
   in_sandbox([&] {
-    testing::H2Client client(kH2, "h2.test", sandbox_ca_path_);
+    testing::H2Client client(kH2, "h2.test", cas_.sandbox_path);
     ASSERT_TRUE(client.ok());
     const int32_t last = client.request("GET", "/v1/goaway");
     ASSERT_TRUE(client.run_until([&] { return client.streams[last].closed && client.goaway; }));
@@ -615,9 +494,9 @@ TEST_F(InjectEngine, MeasuresTerminationCostAgainstPassthrough) {
     EXPECT_EQ(one.exit_code, 0) << one.err;
     return std::pair{many.elapsed, std::stod(one.out.empty() ? "0" : one.out) * 1000};
   };
-  const auto [terminated, terminated_handshake] = measure("api.test", kApi, sandbox_ca_path_);
+  const auto [terminated, terminated_handshake] = measure("api.test", kApi, cas_.sandbox_path);
   const auto [passthrough, passthrough_handshake] =
-      measure("other.test", kOther, upstream_ca_path_);
+      measure("other.test", kOther, cas_.upstream_path);
   EXPECT_EQ(api_->heads().size(), static_cast<size_t>(kRequests + 1));
   std::cout << "terminated+injected: " << terminated.count() << " ms for " << kRequests
             << " kept-alive requests, TLS connect " << terminated_handshake << " ms\n"

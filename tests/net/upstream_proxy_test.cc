@@ -38,12 +38,15 @@
 #include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
+#include "tests/net/engine_world.h"
+#include "tests/net/http1_upstream.h"
 
 namespace hutch::net {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::ConnectProxy;
+using testing::Http1Upstream;
 
 constexpr std::string_view kProxyCredentials = "corp-user:corp-pass-7d2a91";
 // base64("corp-user:corp-pass-7d2a91")
@@ -56,119 +59,13 @@ const Address kDirect = *Address::parse("198.51.100.40");
 // A fake address the DNS stub gave out for inner.test, a name only the proxy resolves.
 const Address kInnerFake = *Address::parse("198.18.0.77");
 
-bool run_in(int netns, const std::vector<std::string>& argv) {
-  bool ok = false;
-  std::thread([&] {
-    if (setns(netns, CLONE_NEWNET) == 0) ok = testing::run_command(argv).exit_code == 0;
-  }).join();
-  return ok;
-}
-
-// An HTTP/1.1 server on `address`:`port` in U, over TLS when given a context: every request head
-// recorded, each answered "ok from NAME" (never echoing a header), keep-alive.
-class Upstream {
- public:
-  Upstream(int netns, const Address& address, uint16_t port, std::string name,
-           tls::SslCtxPtr context = nullptr)
-      : name_(std::move(name)), context_(std::move(context)) {
-    std::thread([&] {
-      if (setns(netns, CLONE_NEWNET) != 0) return;
-      UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_in at{};
-      at.sin_family = AF_INET;
-      at.sin_port = htons(port);
-      at.sin_addr.s_addr = htonl(address.v4_value());
-      if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&at), sizeof at) == 0 &&
-          listen(fd.get(), 16) == 0) {
-        listener_ = std::move(fd);
-      }
-    }).join();
-    if (listener_) thread_ = std::thread([this] { run(); });
-  }
-  ~Upstream() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  bool ok() const { return static_cast<bool>(listener_); }
-  std::vector<std::string> heads() const {
-    std::lock_guard lock(mutex_);
-    return heads_;
-  }
-
- private:
-  void run() {
-    while (!stop_) {
-      pollfd ready{.fd = listener_.get(), .events = POLLIN, .revents = 0};
-      if (poll(&ready, 1, 100) != 1) continue;
-      UniqueFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!connection) continue;
-      const timeval timeout{5, 0};
-      setsockopt(connection.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-      if (!context_) {
-        serve([&](char* buffer,
-                  int size) { return static_cast<int>(recv(connection.get(), buffer, size, 0)); },
-              [&](const std::string& text) {
-                return send(connection.get(), text.data(), text.size(), MSG_NOSIGNAL) ==
-                       static_cast<ssize_t>(text.size());
-              });
-        continue;
-      }
-      tls::SslPtr ssl(SSL_new(context_.get()));
-      SSL_set_fd(ssl.get(), connection.get());
-      if (SSL_accept(ssl.get()) == 1) {
-        serve([&](char* buffer, int size) { return SSL_read(ssl.get(), buffer, size); },
-              [&](const std::string& text) {
-                return SSL_write(ssl.get(), text.data(), static_cast<int>(text.size())) > 0;
-              });
-      }
-      ERR_clear_error();
-    }
-  }
-
-  template <class Read, class Write>
-  void serve(Read read, Write write) {
-    std::string buffer;
-    char chunk[4096];
-    while (true) {
-      size_t end;
-      while ((end = buffer.find("\r\n\r\n")) == std::string::npos) {
-        const int n = read(chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-      }
-      const std::string head = buffer.substr(0, end + 4);
-      buffer.erase(0, end + 4);
-      {
-        std::lock_guard lock(mutex_);
-        heads_.push_back(head);
-      }
-      const std::string body = "ok from " + name_;
-      if (!write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
-                 body))
-        return;
-    }
-  }
-
-  std::string name_;
-  tls::SslCtxPtr context_;
-  UniqueFd listener_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  mutable std::mutex mutex_;
-  std::vector<std::string> heads_;
-};
-
 Policy proxy_policy() {
   Policy policy;
   policy.mode = Mode::kFiltered;
   for (const char* rule :
        {"api.test", "other.test", "direct.test", "inner.test", "198.51.100.9:3128"})
     policy.allow.push_back(*parse_rule(rule));
-  policy.inject.push_back(InjectRule{
-      .match_hosts = {*parse_rule("api.test")},
-      .method = std::nullopt,
-      .path_prefix = "/v1/",
-      .headers = {{.name = "Authorization", .secret = "OPENAI_API_KEY", .prefix = "Bearer "}}});
+  policy.inject.push_back(testing::openai_key_rule({"api.test"}));
   return policy;
 }
 
@@ -182,34 +79,21 @@ class UpstreamProxyEngine : public ::testing::Test {
     sandbox_ns_ = testing::new_netns();
     upstream_ns_ = testing::new_netns();
     HUTCH_REQUIRE(sandbox_ns_ && upstream_ns_, "unshare(CLONE_NEWNET) failed");
-    for (const Address& address : {kProxy, kApi, kOther, kDirect}) {
-      ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "addr", "add",
-                                              address.to_string() + "/32", "dev", "lo"}));
-    }
-    ASSERT_TRUE(run_in(upstream_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
-    ASSERT_TRUE(run_in(sandbox_ns_.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
-    auto installed = install_egress_path(sandbox_ns_.get());
-    ASSERT_TRUE(installed) << installed.error().message();
-
-    auto upstream_ca = tls::SandboxCa::create({.label = "test upstreams"});
-    auto sandbox_ca = tls::SandboxCa::create({.label = "sb"});
-    ASSERT_TRUE(upstream_ca && sandbox_ca);
-    upstream_ca_ = std::move(*upstream_ca);
-    sandbox_ca_ = std::shared_ptr<tls::SandboxCa>(std::move(*sandbox_ca));
-    upstream_ca_path_ = dir_.path() + "/upstream-ca.pem";
-    sandbox_ca_path_ = dir_.path() + "/sandbox-ca.pem";
-    std::ofstream(upstream_ca_path_) << upstream_ca_->certificate_pem();
-    std::ofstream(sandbox_ca_path_) << sandbox_ca_->certificate_pem();
+    ASSERT_NO_FATAL_FAILURE(testing::prepare_namespaces(sandbox_ns_.get(), upstream_ns_.get(),
+                                                        {kProxy, kApi, kOther, kDirect}));
+    ASSERT_NO_FATAL_FAILURE(testing::make_engine_cas(dir_.path(), cas_));
 
     auto tls_context = [&] {
-      auto context = tls::make_server_context(*upstream_ca_, {.alpn = {"http/1.1"}});
+      auto context = tls::make_server_context(*cas_.upstream, {.alpn = {"http/1.1"}});
       return context ? std::move(*context) : nullptr;
     };
-    api_tls_ = std::make_unique<Upstream>(upstream_ns_.get(), kApi, 443, "api", tls_context());
-    other_tls_ =
-        std::make_unique<Upstream>(upstream_ns_.get(), kOther, 443, "other", tls_context());
-    other_http_ = std::make_unique<Upstream>(upstream_ns_.get(), kOther, 80, "other");
-    direct_http_ = std::make_unique<Upstream>(upstream_ns_.get(), kDirect, 80, "direct");
+    api_tls_ = std::make_unique<Http1Upstream>(upstream_ns_.get(), kApi, 443, "ok from api",
+                                               tls_context());
+    other_tls_ = std::make_unique<Http1Upstream>(upstream_ns_.get(), kOther, 443, "ok from other",
+                                                 tls_context());
+    other_http_ = std::make_unique<Http1Upstream>(upstream_ns_.get(), kOther, 80, "ok from other");
+    direct_http_ =
+        std::make_unique<Http1Upstream>(upstream_ns_.get(), kDirect, 80, "ok from direct");
     ASSERT_TRUE(api_tls_->ok() && other_tls_->ok() && other_http_->ok() && direct_http_->ok())
         << "an upstream's bind";
     proxy_ = std::make_unique<ConnectProxy>(
@@ -233,13 +117,10 @@ class UpstreamProxyEngine : public ::testing::Test {
                                         {"direct.test", {kDirect}},
                                         {"denied.test", {kOther}}});
     options.upstream_netns_fd = upstream_ns_.get();
-    options.upstream_ca_file = upstream_ca_path_;
+    options.upstream_ca_file = cas_.upstream_path;
     options.connect_timeout = 1000ms;
-    options.secrets = [](std::string_view name) -> std::optional<std::string> {
-      if (name == "OPENAI_API_KEY") return std::string(kApiKey);
-      if (name == "CORP_PROXY") return std::string(kProxyCredentials);
-      return std::nullopt;
-    };
+    options.secrets = testing::secrets_of(
+        {{"OPENAI_API_KEY", std::string(kApiKey)}, {"CORP_PROXY", std::string(kProxyCredentials)}});
     UpstreamProxy proxy;
     proxy.host = kProxy.to_string();
     proxy.address = kProxy;
@@ -247,16 +128,10 @@ class UpstreamProxyEngine : public ::testing::Test {
     proxy.no_proxy = *NoProxy::parse("direct.test, 10.0.0.0/8");
     proxy.credentials_secret = "CORP_PROXY";
     options.upstream_proxy = proxy;
-    engine_ = std::make_unique<Engine>(std::move(options), [this](const ConnectionLog& log) {
-      std::lock_guard lock(mutex_);
-      logs_.push_back(log);
-    });
-    auto listeners = bind_egress_listeners(sandbox_ns_.get());
-    ASSERT_TRUE(listeners) << listeners.error().message();
-    auto attached =
-        engine_->attach("sb", std::move(*listeners), proxy_policy(), {{kInnerFake, "inner.test"}},
-                        SandboxInjection{sandbox_ca_, key_});
-    ASSERT_TRUE(attached) << attached.error().message();
+    engine_ = testing::make_logging_engine(std::move(options), mutex_, logs_);
+    ASSERT_NO_FATAL_FAILURE(testing::attach_sandbox(*engine_, sandbox_ns_.get(), proxy_policy(),
+                                                    {{kInnerFake, "inner.test"}},
+                                                    SandboxInjection{cas_.sandbox, key_}));
   }
 
   void TearDown() override {
@@ -292,17 +167,7 @@ class UpstreamProxyEngine : public ::testing::Test {
   }
 
   std::optional<ConnectionLog> log_where(const std::function<bool(const ConnectionLog&)>& match) {
-    std::optional<ConnectionLog> found;
-    (void)testing::wait_until(
-        [&] {
-          std::lock_guard lock(mutex_);
-          for (const ConnectionLog& log : logs_) {
-            if (match(log)) found = log;
-          }
-          return found.has_value();
-        },
-        5s, "the connection's log");
-    return found;
+    return testing::last_log_where(mutex_, logs_, match);
   }
 
   bool anything_holds_credentials(const std::string& text) {
@@ -319,10 +184,8 @@ class UpstreamProxyEngine : public ::testing::Test {
 
   testing::TempDir dir_;
   UniqueFd sandbox_ns_, upstream_ns_;
-  std::unique_ptr<tls::SandboxCa> upstream_ca_;
-  std::shared_ptr<tls::SandboxCa> sandbox_ca_;
-  std::string upstream_ca_path_, sandbox_ca_path_;
-  std::unique_ptr<Upstream> api_tls_, other_tls_, other_http_, direct_http_;
+  testing::EngineCas cas_;
+  std::unique_ptr<Http1Upstream> api_tls_, other_tls_, other_http_, direct_http_;
   std::unique_ptr<ConnectProxy> proxy_;
   PlaceholderKey key_{};
   std::string placeholder_;
@@ -337,12 +200,12 @@ TEST_F(UpstreamProxyEngine, PlainHttpPassthroughAndInjectedTlsAllGoThroughThePro
   ASSERT_EQ(http.exit_code, 0) << http.err;
   EXPECT_EQ(http.out, "ok from other");
   const auto passthrough =
-      curl("https://other.test/tls", "other.test", kOther, {"--cacert", upstream_ca_path_});
+      curl("https://other.test/tls", "other.test", kOther, {"--cacert", cas_.upstream_path});
   ASSERT_EQ(passthrough.exit_code, 0) << passthrough.err;
   EXPECT_EQ(passthrough.out, "ok from other");
   const auto injected =
       curl("https://api.test/v1/chat", "api.test", kApi,
-           {"--cacert", sandbox_ca_path_, "-H", "Authorization: Bearer " + placeholder_});
+           {"--cacert", cas_.sandbox_path, "-H", "Authorization: Bearer " + placeholder_});
   ASSERT_EQ(injected.exit_code, 0) << injected.err;
   EXPECT_EQ(injected.out, "ok from api");
 
@@ -398,7 +261,7 @@ TEST_F(UpstreamProxyEngine, DeniedNamesAndFloorAddressesNeverReachTheProxy) {
   ASSERT_EQ(denied.exit_code, 0) << denied.err;
   EXPECT_NE(denied.out.find("\"error\":\"network_denied\""), std::string::npos) << denied.out;
   const auto denied_tls =
-      curl("https://denied.test/", "denied.test", kOther, {"--cacert", upstream_ca_path_});
+      curl("https://denied.test/", "denied.test", kOther, {"--cacert", cas_.upstream_path});
   EXPECT_NE(denied_tls.exit_code, 0);
   const auto metadata = curl("http://169.254.169.254/latest/", "x.test", kOther);
   EXPECT_NE(metadata.exit_code, 0) << "the kernel's floor refuses it at connect()";
@@ -447,7 +310,7 @@ TEST_F(UpstreamProxyEngine, ProxyAnswering407FailsFastWith502OrResetAndTheLogNam
   EXPECT_FALSE(anything_holds_credentials(http.out));
 
   const auto tls =
-      curl("https://other.test/", "other.test", kOther, {"--cacert", upstream_ca_path_});
+      curl("https://other.test/", "other.test", kOther, {"--cacert", cas_.upstream_path});
   EXPECT_NE(tls.exit_code, 0);
   EXPECT_LT(tls.elapsed.count(), 1000) << "a reset, not a hang";
   auto log =
@@ -460,7 +323,7 @@ TEST_F(UpstreamProxyEngine, ProxyAnswering407FailsFastWith502OrResetAndTheLogNam
 TEST_F(UpstreamProxyEngine, DeadProxyIsAFastReset) {
   start_engine(3129);  // nothing listens there
   const auto tls =
-      curl("https://other.test/", "other.test", kOther, {"--cacert", upstream_ca_path_});
+      curl("https://other.test/", "other.test", kOther, {"--cacert", cas_.upstream_path});
   EXPECT_NE(tls.exit_code, 0);
   EXPECT_LT(tls.elapsed.count(), 1000) << "a reset, not a hang";
   auto log = log_where([](const ConnectionLog& l) { return l.proxy_failed; });

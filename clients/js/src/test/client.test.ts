@@ -4,27 +4,22 @@ import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { Readable } from "node:stream";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { CommandExitError, HutchClient, HutchError, type Sandbox } from "../index.js";
-import { Hutchd, skipReason } from "./hutchd.js";
+import { hutchdForSuite, skipReason } from "./hutchd.js";
 
 const skip = skipReason();
 
 describe("HutchClient", { skip }, () => {
-  const daemon = new Hutchd({ tcp: true });
   let client: HutchClient;
   let sandbox: Sandbox;
-
-  before(async () => {
-    await daemon.start();
-    client = new HutchClient({ socketPath: daemon.socket });
-    sandbox = await client.create({ labels: { suite: "js" }, env: { GREETING: "hi" } });
-  });
-
-  after(async () => {
-    await sandbox?.delete().catch(() => undefined);
-    client?.close();
-    await daemon.stop();
+  const daemon = hutchdForSuite({
+    tcp: true,
+    started: async (started) => {
+      client = started;
+      sandbox = await client.create({ labels: { suite: "js" }, env: { GREETING: "hi" } });
+    },
+    stopping: async () => void (await sandbox?.delete().catch(() => undefined)),
   });
 
   test("health and metrics", async () => {

@@ -2,13 +2,13 @@
 // checks of @langchain/sandbox-standard-tests, re-expressed: it is not on the registry reachable
 // here), then a real createDeepAgent with a scripted model running a skill in a sandbox.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { AIMessage, ToolMessage } from "@langchain/core/messages";
 import { fakeModel } from "@langchain/core/testing";
 import { createDeepAgent, isSandboxBackend } from "deepagents";
 import { HutchClient, HutchError } from "../index.js";
 import { HutchSandbox } from "../deepagents.js";
-import { Hutchd, skipReason } from "./hutchd.js";
+import { hutchdForSuite, skipReason } from "./hutchd.js";
 
 const skip = skipReason();
 const encoder = new TextEncoder();
@@ -21,20 +21,14 @@ function text(content: unknown): string {
 }
 
 describe("HutchSandbox", { skip }, () => {
-  const daemon = new Hutchd();
   let client: HutchClient;
   let backend: HutchSandbox;
-
-  before(async () => {
-    await daemon.start();
-    client = new HutchClient({ socketPath: daemon.socket });
-    backend = await HutchSandbox.create({ client });
-  });
-
-  after(async () => {
-    await backend?.close().catch(() => undefined);
-    client?.close();
-    await daemon.stop();
+  hutchdForSuite({
+    started: async (started) => {
+      client = started;
+      backend = await HutchSandbox.create({ client });
+    },
+    stopping: async () => void (await backend?.close().catch(() => undefined)),
   });
 
   test("lifecycle: no I/O in the constructor, a non-empty id, a sandbox backend", async () => {
@@ -123,18 +117,8 @@ describe("HutchSandbox", { skip }, () => {
 });
 
 describe("createDeepAgent on a hutch sandbox", { skip }, () => {
-  const daemon = new Hutchd();
   let client: HutchClient;
-
-  before(async () => {
-    await daemon.start();
-    client = new HutchClient({ socketPath: daemon.socket });
-  });
-
-  after(async () => {
-    client?.close();
-    await daemon.stop();
-  });
+  hutchdForSuite({ started: (started) => void (client = started) });
 
   const skillMd = [
     "---",

@@ -2,10 +2,13 @@
 // build/) on a socket in a fresh state dir, stopped with SIGTERM (--destroy-on-exit) at the end.
 // Without root or a built hutchd the tests cannot run: that is a loud skip, a failure under
 // HUTCH_MUST_WORK=1 (CI).
+import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
+import { HutchClient, HutchError } from "../index.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const buildDir = process.env.HUTCH_BUILD_DIR ?? path.resolve(here, "../../../../build");
@@ -78,4 +81,44 @@ export class Hutchd {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** The hooks of a suite that shares one hutchd and one client of it. */
+export interface SuiteHooks {
+  /** Listen on TCP with a token too (Hutchd's `tcp`). */
+  tcp?: boolean;
+  /** In before(), once the client is made: the suite keeps it, and makes what it shares. */
+  started: (client: HutchClient) => Promise<void> | void;
+  /** In after(), before the client is closed: the suite's own clean-up. */
+  stopping?: () => Promise<void>;
+}
+
+/**
+ * One hutchd and one client for the describe() this is called in: started in its before(),
+ * closed and stopped in its after().
+ */
+export function hutchdForSuite(hooks: SuiteHooks): Hutchd {
+  const daemon = new Hutchd({ tcp: hooks.tcp });
+  let client: HutchClient | undefined;
+  before(async () => {
+    await daemon.start();
+    client = new HutchClient({ socketPath: daemon.socket });
+    await hooks.started(client);
+  });
+  after(async () => {
+    await hooks.stopping?.();
+    client?.close();
+    await daemon.stop();
+  });
+  return daemon;
+}
+
+/** Asserts that `promise` rejects with hutchd's error of this HTTP status and stable code. */
+export async function rejectsWith(promise: Promise<unknown>, status: number, code: string): Promise<void> {
+  await assert.rejects(promise, (error: unknown) => {
+    assert.ok(error instanceof HutchError, String(error));
+    assert.equal(error.status, status);
+    assert.equal(error.code, code);
+    return true;
+  });
 }

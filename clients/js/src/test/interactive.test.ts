@@ -1,8 +1,8 @@
 // PTYs, shell sessions, file watch, network policy, secrets and mounts against a real hutchd.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-import { HutchClient, HutchError, type Sandbox } from "../index.js";
-import { Hutchd, skipReason } from "./hutchd.js";
+import { describe, test } from "node:test";
+import { type HutchClient, HutchError, type Sandbox } from "../index.js";
+import { hutchdForSuite, rejectsWith, skipReason } from "./hutchd.js";
 
 const skip = skipReason();
 
@@ -16,30 +16,15 @@ async function until<T>(what: string, probe: () => Promise<T | undefined>, secon
   throw new Error(`timed out waiting for ${what}`);
 }
 
-async function rejectsWith(promise: Promise<unknown>, status: number, code: string): Promise<void> {
-  await assert.rejects(promise, (error: unknown) => {
-    assert.ok(error instanceof HutchError, String(error));
-    assert.equal(error.status, status);
-    assert.equal(error.code, code);
-    return true;
-  });
-}
-
 describe("interactive features", { skip }, () => {
-  const daemon = new Hutchd();
   let client: HutchClient;
   let sandbox: Sandbox;
-
-  before(async () => {
-    await daemon.start();
-    client = new HutchClient({ socketPath: daemon.socket });
-    sandbox = await client.create({ labels: { suite: "js-interactive" } });
-  });
-
-  after(async () => {
-    await sandbox?.delete().catch(() => undefined);
-    client?.close();
-    await daemon.stop();
+  hutchdForSuite({
+    started: async (started) => {
+      client = started;
+      sandbox = await client.create({ labels: { suite: "js-interactive" } });
+    },
+    stopping: async () => void (await sandbox?.delete().catch(() => undefined)),
   });
 
   test("a PTY echoes keystrokes, is resized and is listed", async () => {

@@ -2,35 +2,16 @@
 // a time, read-only attachments, snapshots without it, deletion refused while attached.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { after, before, describe, test } from "node:test";
-import { HutchClient, HutchError } from "../index.js";
-import { Hutchd, skipReason } from "./hutchd.js";
+import { describe, test } from "node:test";
+import type { HutchClient } from "../index.js";
+import { hutchdForSuite, rejectsWith, skipReason } from "./hutchd.js";
 
 const skip = skipReason();
 const MiB = 1 << 20;
 
-async function rejectsWith(promise: Promise<unknown>, status: number, code: string): Promise<void> {
-  await assert.rejects(promise, (error: unknown) => {
-    assert.ok(error instanceof HutchError, String(error));
-    assert.equal(error.status, status);
-    assert.equal(error.code, code);
-    return true;
-  });
-}
-
 describe("persistent volumes", { skip }, () => {
-  const daemon = new Hutchd();
   let client: HutchClient;
-
-  before(async () => {
-    await daemon.start();
-    client = new HutchClient({ socketPath: daemon.socket });
-  });
-
-  after(async () => {
-    client?.close();
-    await daemon.stop();
-  });
+  hutchdForSuite({ started: (started) => void (client = started) });
 
   test("a workspace outlives its sandbox and has one writer at a time", async () => {
     const name = `js-${randomBytes(6).toString("hex")}`;
