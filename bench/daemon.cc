@@ -93,35 +93,6 @@ void delete_sandbox(httplib::Client& c, const std::string& id) {
     die("delete failed: " + (r ? r->body : httplib::to_string(r.error())));
 }
 
-// Background start against the foreground round trip, interleaved on one sandbox so that both see
-// the same machine noise (on a loaded machine the absolute figures drift; the ratio less so).
-void background_figures(httplib::Client& c, int runs) {
-  std::string id = create_sandbox(c);
-  // Warm-up, and the first background start of a sandbox, which waits for the supervisor's
-  // answer (an older supervisor is refused there).
-  for (int i = 0; i < 10; ++i) {
-    exec_true(c, id);
-    start_true_in_background(c, id);
-  }
-  std::vector<double> foreground, background;
-  for (int i = 0; i < runs; ++i) {
-    auto start = Clock::now();
-    exec_true(c, id);
-    foreground.push_back(ms_since(start));
-    start = Clock::now();
-    start_true_in_background(c, id);
-    background.push_back(ms_since(start));
-  }
-  delete_sandbox(c, id);
-  std::printf("hutchd background start (%d runs on one warm sandbox, interleaved)\n", runs);
-  const Figures fg = figures(foreground);
-  const Figures bg = figures(background);
-  print_row("exec round trip", fg);
-  print_row("background start", bg);
-  std::printf("  ratio background start / exec round trip: p50 %.2f   p95 %.2f\n", bg.p50 / fg.p50,
-              bg.p95 / fg.p95);
-}
-
 struct Peer {
   std::string name;
   std::vector<std::string> argv;
@@ -160,6 +131,35 @@ void wait_for_full_pools(httplib::Client& c) {
 
 void print_row(const std::string& name, const Figures& f) {
   std::printf("  %-24s p50 %8.3f ms   p95 %8.3f ms\n", name.c_str(), f.p50, f.p95);
+}
+
+// Background start against the foreground round trip, interleaved on one sandbox so that both see
+// the same machine noise (on a loaded machine the absolute figures drift; the ratio less so).
+void background_figures(httplib::Client& c, int runs) {
+  std::string id = create_sandbox(c);
+  // Warm-up, and the first background start of a sandbox, which waits for the supervisor's
+  // answer (an older supervisor is refused there).
+  for (int i = 0; i < 10; ++i) {
+    exec_true(c, id);
+    start_true_in_background(c, id);
+  }
+  std::vector<double> foreground, background;
+  for (int i = 0; i < runs; ++i) {
+    auto start = Clock::now();
+    exec_true(c, id);
+    foreground.push_back(ms_since(start));
+    start = Clock::now();
+    start_true_in_background(c, id);
+    background.push_back(ms_since(start));
+  }
+  delete_sandbox(c, id);
+  std::printf("hutchd background start (%d runs on one warm sandbox, interleaved)\n", runs);
+  const Figures fg = figures(foreground);
+  const Figures bg = figures(background);
+  print_row("exec round trip", fg);
+  print_row("background start", bg);
+  std::printf("  ratio background start / exec round trip: p50 %.2f   p95 %.2f\n", bg.p50 / fg.p50,
+              bg.p95 / fg.p95);
 }
 
 nlohmann::json post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body,

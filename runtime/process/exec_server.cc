@@ -64,6 +64,13 @@ void format_unsigned(char* out, size_t size, uint32_t value) {
   out[i] = '\0';
 }
 
+// Reads the pending message away (its fds closed with it): a unix socket closed with unread data
+// resets its peer (ECONNRESET), which would then never read the answer sent before the close.
+void discard_message(int conn) {
+  char ignored;
+  (void)recv(conn, &ignored, sizeof ignored, MSG_DONTWAIT);
+}
+
 enum class Received {
   kCommand,
   kOtherVersion,  // a request of another exec protocol version (ExecRequestHeader's first fields)
@@ -84,16 +91,20 @@ Received receive_command(int conn, Command& command, uint32_t& their_version) {
       recv(conn, prefix, sizeof prefix, MSG_PEEK) == static_cast<ssize_t>(sizeof prefix)) {
     if (prefix[0] == ExecRequestHeader::kUnversionedMagic) {
       their_version = 0;  // v1 or v2: an older hutchd talking to this newer sandbox
+      discard_message(conn);
       return Received::kOtherVersion;
     }
     if (prefix[0] == ExecRequestHeader::kMagic && prefix[1] != kExecProtocolVersion) {
       their_version = prefix[1];
+      discard_message(conn);
       return Received::kOtherVersion;
     }
   }
   if (length < static_cast<ssize_t>(sizeof(ExecRequestHeader)) ||
-      length > static_cast<ssize_t>(kMaxExecRequestBytes))
+      length > static_cast<ssize_t>(kMaxExecRequestBytes)) {
+    discard_message(conn);
     return Received::kMalformed;
+  }
   command.buffer.resize(static_cast<size_t>(length));
   iovec iov{command.buffer.data(), command.buffer.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)] = {};
@@ -527,6 +538,10 @@ class Shim {
       // No shim for the connection: init says so and closes it.
       int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (conn >= 0) {
+        // The request follows the connect at once: read away before the answer (see
+        // discard_message), waiting a moment at most, as init has other work.
+        pollfd request{conn, POLLIN, 0};
+        if (poll(&request, 1, 100) == 1) discard_message(conn);
         ExecEvent event{};
         event.kind = ExecEvent::Kind::kNotStarted;
         append_cstr(event.start_error, sizeof event.start_error,
