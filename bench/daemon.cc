@@ -2,11 +2,14 @@
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
 //          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--delete-wait]
-//          [--snapshot-mib N,N,...]
+//          [--snapshot-mib N,N,...] [--background-only]
 //
 // Prints p50/p95 (ms) of:
 //   create->exec->delete  POST /v1/sandboxes, POST …/exec {argv:[true]}, DELETE, back to back;
 //   exec round trip       POST …/exec {argv:[true]} on one warm sandbox;
+//   background start      POST …/exec {argv:[true],background:true} until its 201 (the command
+//                         started and handed to the supervisor), interleaved with foreground exec
+//                         round trips on the same sandbox, with the ratio of the two;
 //   each --peer           a whole command per run (e.g. bwrap … /bin/true), interleaved with the
 //                         exec round trips so both see the same machine noise;
 // then execs/s with N concurrent clients (each on its own sandbox) for S seconds.
@@ -17,7 +20,8 @@
 // next create does not share the machine with it. --snapshot-mib: instead of all that, snapshot
 // capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files), then is
 // snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of the
-// client's round trip. bench/daemon.sh starts hutchd and the peers and runs this.
+// client's round trip. --background-only: only the background start figures (for an A/B of two
+// hutchd builds). bench/daemon.sh starts hutchd and the peers and runs this.
 
 #include <httplib.h>
 #include <spawn.h>
@@ -74,6 +78,13 @@ void exec_true(httplib::Client& c, const std::string& id) {
   if (nlohmann::json::parse(r->body).at("exit_code") != 0) die("exec of true did not exit 0");
 }
 
+void start_true_in_background(httplib::Client& c, const std::string& id) {
+  auto r = c.Post("/v1/sandboxes/" + id + "/exec", R"({"argv":["true"],"background":true})",
+                  "application/json");
+  if (!r || r->status != 201)
+    die("background exec failed: " + (r ? r->body : httplib::to_string(r.error())));
+}
+
 bool delete_wait = false;
 
 void delete_sandbox(httplib::Client& c, const std::string& id) {
@@ -120,6 +131,35 @@ void wait_for_full_pools(httplib::Client& c) {
 
 void print_row(const std::string& name, const Figures& f) {
   std::printf("  %-24s p50 %8.3f ms   p95 %8.3f ms\n", name.c_str(), f.p50, f.p95);
+}
+
+// Background start against the foreground round trip, interleaved on one sandbox so that both see
+// the same machine noise (on a loaded machine the absolute figures drift; the ratio less so).
+void background_figures(httplib::Client& c, int runs) {
+  std::string id = create_sandbox(c);
+  // Warm-up, and the first background start of a sandbox, which waits for the supervisor's
+  // answer (an older supervisor is refused there).
+  for (int i = 0; i < 10; ++i) {
+    exec_true(c, id);
+    start_true_in_background(c, id);
+  }
+  std::vector<double> foreground, background;
+  for (int i = 0; i < runs; ++i) {
+    auto start = Clock::now();
+    exec_true(c, id);
+    foreground.push_back(ms_since(start));
+    start = Clock::now();
+    start_true_in_background(c, id);
+    background.push_back(ms_since(start));
+  }
+  delete_sandbox(c, id);
+  std::printf("hutchd background start (%d runs on one warm sandbox, interleaved)\n", runs);
+  const Figures fg = figures(foreground);
+  const Figures bg = figures(background);
+  print_row("exec round trip", fg);
+  print_row("background start", bg);
+  std::printf("  ratio background start / exec round trip: p50 %.2f   p95 %.2f\n", bg.p50 / fg.p50,
+              bg.p95 / fg.p95);
 }
 
 nlohmann::json post_json(httplib::Client& c, const std::string& path, const nlohmann::json& body,
@@ -171,6 +211,7 @@ int main(int argc, char** argv) {
   std::vector<Peer> peers;
   bool warm_pool = false;
   bool lifecycle_only = false;
+  bool background_only = false;
   std::vector<int> snapshot_mib;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -190,6 +231,8 @@ int main(int argc, char** argv) {
       for (std::string n; std::getline(list, n, ',');) client_counts.push_back(std::stoi(n));
     } else if (arg == "--warm-pool") {
       warm_pool = true;
+    } else if (arg == "--background-only") {
+      background_only = true;
     } else if (arg == "--lifecycle-only") {
       lifecycle_only = true;
     } else if (arg == "--create-body") {
@@ -216,6 +259,10 @@ int main(int argc, char** argv) {
   httplib::Client c = client(socket);
   if (!snapshot_mib.empty()) {
     snapshot_figures(c, snapshot_mib, runs);
+    return 0;
+  }
+  if (background_only) {
+    background_figures(c, runs);
     return 0;
   }
   // Warm-up: the first create pays one-time costs (page cache, the cgroup parent).
@@ -262,6 +309,7 @@ int main(int argc, char** argv) {
     print_row(peer.name + " (per command)", f);
     std::printf("  ratio exec round trip / %s p50: %.2f\n", peer.name.c_str(), exec_f.p50 / f.p50);
   }
+  background_figures(c, runs);
 
   std::printf("hutchd throughput (%d s per row; each client on its own sandbox)\n", seconds);
   for (int clients : client_counts) {

@@ -275,13 +275,24 @@ std::string BackgroundProcess::path(std::string_view suffix) const {
   return dir_ + "/proc-" + std::to_string(pid_) + std::string(suffix);
 }
 
-Result<void> BackgroundProcess::write_record(const std::string& dir, const Record& record) {
+Result<void> BackgroundProcess::write_record(const std::string& dir, const Record& record,
+                                             bool replace) {
   nlohmann::json j = {{"pid", record.pid},
                       {"argv", record.argv},
                       {"started_unix_ms", unix_ms(record.started_at)},
                       {"cap_bytes", record.cap}};
   if (record.pty) j["pty"] = {{"cols", record.pty->cols}, {"rows", record.pty->rows}};
-  return write_atomically(dir, "proc-" + std::to_string(record.pid) + ".json", j.dump() + "\n");
+  const std::string name = "proc-" + std::to_string(record.pid) + ".json";
+  const std::string text = j.dump() + "\n";
+  if (replace) return write_atomically(dir, name, text);
+  // A new process's record, written in place: a hutchd that dies mid-write leaves a record that
+  // adopt() skips, as it would find none had the write been atomic; the temporary file and the
+  // rename were two of the start's five directory operations.
+  auto file = create_file(dir + "/" + name, 0);
+  if (!file) return std::unexpected(file.error());
+  if (::write(file->get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return sys_error("write", dir + "/" + name);
+  return {};
 }
 
 std::optional<BackgroundProcess::Record> BackgroundProcess::read_record(const std::string& path) {
@@ -338,7 +349,7 @@ Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSa
   if (!err_file) return abandon(err_file.error());
   auto exit_file = create_file(process->path(".exit"), 0);
   if (!exit_file) return abandon(exit_file.error());
-  if (auto written = write_record(dir, record); !written) return abandon(written.error());
+  if (auto written = write_record(dir, record, false); !written) return abandon(written.error());
   // A pty that could not be made has no output: an empty pipe stands in, so the keeper only
   // waits for the exit that says why.
   UniqueFd output = std::move(parts.out);
@@ -359,8 +370,21 @@ Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSa
   keep.stdout_file = out_file->get();
   keep.stderr_file = err_file->get();
   keep.exit_file = exit_file->get();
-  auto doorbell = sandbox.keep_process(keep);
-  if (!doorbell) return abandon(doorbell.error());
+  // The first start in a sandbox waits for the supervisor's answer, so that an older supervisor
+  // (one that keeps no processes) is refused here, as a 409. Once one keep has succeeded, the
+  // reply is read on the process's own thread: the start does not wait for the supervisor to be
+  // scheduled, and a refusal there still kills the command (lost()).
+  UniqueFd doorbell;
+  UniqueFd pending;
+  if (sandbox.keeper_confirmed()) {
+    auto sent = sandbox.send_keep(keep);
+    if (!sent) return abandon(sent.error());
+    pending = std::move(*sent);
+  } else {
+    auto kept = sandbox.keep_process(keep);
+    if (!kept) return abandon(kept.error());
+    doorbell = std::move(*kept);
+  }
   process->connection_.emplace(std::move(parts.process));
   process->pty_master_ = std::move(parts.pty_master);
   process->stdin_ = std::move(parts.in);
@@ -370,7 +394,12 @@ Result<std::shared_ptr<BackgroundProcess>> BackgroundProcess::start(const LiveSa
     auto written = process->write_stdin(*start.stdin_data, false);
     if (!written) return std::unexpected(written.error());
   }
-  std::thread([process, bell = std::move(*doorbell)]() mutable {
+  std::thread([process, bell = std::move(doorbell), pending = std::move(pending)]() mutable {
+    if (pending) {
+      auto kept = LiveSandbox::await_kept(pending.get());
+      if (!kept) return process->lost(kept.error());
+      bell = std::move(*kept);
+    }
     process->follow(std::move(bell));
   }).detach();
   return process;
@@ -467,13 +496,33 @@ void BackgroundProcess::follow(UniqueFd doorbell) {
   }
   // Closed: the exit file is complete, or the supervisor died (the whole sandbox with it).
   auto exit = parse_kept_exit(read_small_file(path(".exit")));
+  finished(exit ? std::move(*exit) : killed_exit());
+}
+
+void BackgroundProcess::lost(const Error& error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (connection_) (void)connection_->kill_tree();
+  }
+  KeptExit exit = killed_exit();
+  exit.start_error =
+      "the supervisor did not keep the process, so it was killed: " + error.message();
+  // For a restarted hutchd, which finds the record but no kept process.
+  if (auto file = create_file(path(".exit"), 0)) {
+    const std::string text = format_kept_exit(exit);
+    (void)!::write(file->get(), text.data(), text.size());
+  }
+  finished(std::move(exit));
+}
+
+void BackgroundProcess::finished(KeptExit exit) {
   {
     std::lock_guard lock(stdin_mutex_);
     stdin_.reset();
   }
   {
     std::lock_guard lock(mutex_);
-    exit_ = exit ? std::move(*exit) : killed_exit();
+    exit_ = std::move(exit);
     running_ = false;
     pty_master_.reset();
   }
@@ -571,7 +620,7 @@ Result<void> BackgroundProcess::resize(PtySize size) {
   record_.pty = size;
   // The record keeps the size for a restarted hutchd's status of an exited process (a running
   // one's is read back from the pty): a failure to write it is not the resize's.
-  (void)write_record(dir_, record_);
+  (void)write_record(dir_, record_, true);
   return {};
 }
 

@@ -182,10 +182,16 @@ class BackgroundProcess {
   };
   BackgroundProcess(const LiveSandbox& sandbox, Record record, std::string dir);
   static std::optional<Record> read_record(const std::string& path);
-  static Result<void> write_record(const std::string& dir, const Record& record);
+  // replace: over an existing record (atomically); false: a new process's.
+  static Result<void> write_record(const std::string& dir, const Record& record, bool replace);
   std::string path(std::string_view suffix) const;
   // The doorbell's thread: sizes on each ring, the exit once it closes (then the exit hook).
   void follow(UniqueFd doorbell);
+  // The supervisor refused the process after its start was answered (send_keep without a wait):
+  // its tree is killed and its exit says why.
+  void lost(const Error& error);
+  // The exit is known: stdin closed, waiters woken, the exit hook called.
+  void finished(KeptExit exit);
   uint64_t file_size(OutputStream stream) const;
 
   const LiveSandbox* sandbox_;  // for the supervisor's copy of stdin; only while running

@@ -96,6 +96,17 @@ Result<SupervisorReply> exchange(int conn, const std::string& socket,
   return reply;
 }
 
+// `theirs`: the version the sandbox's exec server speaks, 0 when it is known only to be older
+// than v3.
+std::unexpected<Error> outdated_exec_server(uint32_t theirs) {
+  const std::string version = theirs == 0 ? "v1 or v2" : "v" + std::to_string(theirs);
+  return kind_error(ErrorKind::kConflict, kOutdatedExecStep,
+                    std::string("this sandbox was started by ") +
+                        (theirs < kExecProtocolVersion ? "an older" : "a newer") +
+                        " hutchd (exec protocol " + version + ", this hutchd speaks v" +
+                        std::to_string(kExecProtocolVersion) + "): recreate it");
+}
+
 }  // namespace
 
 Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds timeout,
@@ -158,6 +169,8 @@ Result<LiveSandboxRef> read_serve_ready(int ready_fd, std::chrono::milliseconds 
     ref.init_pid = message->init_pid;
     ref.exec_socket = exec_socket;
     ref.supervisor_socket = supervisor_socket;
+    // The zygote that forked this supervisor is of this hutchd's build, and so is its exec server.
+    ref.exec_protocol = kExecProtocolVersion;
     return answered(ref);
   }
 }
@@ -269,11 +282,21 @@ Result<ExecProcess> LiveSandbox::exec(const ExecRequest& request) const {
   int fd_count = request.pty ? 1 : 0;
   long n = recv_with_fds(conn->get(), &event, sizeof event, &master, &fd_count);
   UniqueFd pty_master(fd_count == 1 ? master : -1);
-  if (n != static_cast<long>(sizeof event) || event.kind != ExecEvent::Kind::kStarted) {
-    return plain_error("exec", alive() ? "the sandbox could not fork the command (pids limit?)"
-                                       : "the sandbox is gone");
-  }
-  return ExecProcess(std::move(*conn), event.pid, std::move(pty_master));
+  const bool whole = n == static_cast<long>(sizeof event);
+  if (whole && event.kind == ExecEvent::Kind::kStarted)
+    return ExecProcess(std::move(*conn), event.pid, std::move(pty_master));
+  event.start_error[sizeof event.start_error - 1] = '\0';
+  if (whole && event.kind == ExecEvent::Kind::kRefused)
+    return outdated_exec_server(event.protocol_version);
+  if (whole && event.kind == ExecEvent::Kind::kNotStarted)
+    return plain_error(
+        "exec", std::string("the sandbox could not start the command: ") + event.start_error);
+  if (!alive()) return plain_error("exec", "the sandbox is gone");
+  // A server of v3 or later answers every request it reads; only an older one closes silently.
+  if (n == 0 && ref_.exec_protocol < 3) return outdated_exec_server(0);
+  return plain_error("exec",
+                     "the sandbox's exec server closed the connection without starting the "
+                     "command (its shim died: the sandbox's memory limit?)");
 }
 
 Result<std::optional<ExecExit>> ExecProcess::poll_exit() {
@@ -379,25 +402,29 @@ Result<void> LiveSandbox::destroy() const {
   return {};
 }
 
-Result<void> LiveSandbox::keeper_request(
-    const KeeperRequest& request, const std::vector<int>& fds,
-    const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) const {
+Result<UniqueFd> LiveSandbox::send_keeper_request(const KeeperRequest& request,
+                                                  const std::vector<int>& fds) const {
   UniqueFd conn = HUTCH_TRY(connect_unix(ref_.supervisor_socket));
   if (int err = send_with_fds(conn.get(), &request, sizeof request, fds.data(),
                               static_cast<int>(fds.size())))
     return sys_error("send", "keeper request to " + ref_.supervisor_socket, err);
+  return conn;
+}
+
+Result<void> LiveSandbox::read_keeper_replies(
+    int conn, const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) {
   // A reply of an older supervisor is a SupervisorReply: room for the larger of the two, and one
   // byte more so that a longer message arrives truncated to a size decode refuses.
   std::vector<char> buffer(std::max(sizeof(KeeperReply), sizeof(SupervisorReply)) + 1);
   for (;;) {
-    pollfd readable{conn.get(), POLLIN, 0};
+    pollfd readable{conn, POLLIN, 0};
     int ready;
     while ((ready = poll(&readable, 1, kSupervisorRequestTimeoutMs)) < 0 && errno == EINTR) {
     }
     if (ready == 0) return plain_error("keeper", "no answer from the supervisor in time");
     int passed[kMaxPassedFds];
     int fd_count = kMaxPassedFds;
-    long n = recv_with_fds(conn.get(), buffer.data(), buffer.size(), passed, &fd_count);
+    long n = recv_with_fds(conn, buffer.data(), buffer.size(), passed, &fd_count);
     std::vector<UniqueFd> received;
     for (int i = 0; i < fd_count; ++i) received.emplace_back(passed[i]);
     if (n <= 0) return plain_error("keeper", "the supervisor closed the connection");
@@ -407,7 +434,14 @@ Result<void> LiveSandbox::keeper_request(
   }
 }
 
-Result<UniqueFd> LiveSandbox::keep_process(const KeepRequest& request) const {
+Result<void> LiveSandbox::keeper_request(
+    const KeeperRequest& request, const std::vector<int>& fds,
+    const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) const {
+  UniqueFd conn = HUTCH_TRY(send_keeper_request(request, fds));
+  return read_keeper_replies(conn.get(), on_reply);
+}
+
+Result<UniqueFd> LiveSandbox::send_keep(const KeepRequest& request) const {
   KeeperRequest message;
   message.kind = KeeperRequest::Kind::kKeep;
   message.pid = request.pid;
@@ -423,14 +457,27 @@ Result<UniqueFd> LiveSandbox::keep_process(const KeepRequest& request) const {
     message.has_stdin = 1;
     fds.push_back(request.input);
   }
+  return send_keeper_request(message, fds);
+}
+
+Result<UniqueFd> LiveSandbox::await_kept(int conn) {
   UniqueFd doorbell;
-  HUTCH_TRY(keeper_request(message, fds, [&](const KeeperReply&, std::vector<UniqueFd> got) {
+  HUTCH_TRY(read_keeper_replies(conn, [&](const KeeperReply&, std::vector<UniqueFd> got) {
     if (got.size() == 1) doorbell = std::move(got[0]);
     return false;
   }));
   if (!doorbell) return plain_error("keeper", "the supervisor sent no doorbell");
   return doorbell;
 }
+
+Result<UniqueFd> LiveSandbox::keep_process(const KeepRequest& request) const {
+  UniqueFd conn = HUTCH_TRY(send_keep(request));
+  auto doorbell = await_kept(conn.get());
+  if (doorbell) keeper_confirmed_->store(true);
+  return doorbell;
+}
+
+bool LiveSandbox::keeper_confirmed() const { return keeper_confirmed_->load(); }
 
 Result<std::vector<KeptHandles>> LiveSandbox::kept_processes() const {
   KeeperRequest message;

@@ -18,9 +18,11 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +40,8 @@ struct SupervisorReply;
 struct KeeperRequest;
 struct KeeperReply;
 
+inline constexpr const char* kOutdatedExecStep = "exec protocol";
+
 // Where a live sandbox can be reached; what hutchd persists to find it again after a restart.
 struct LiveSandboxRef {
   pid_t supervisor_pid = 0;
@@ -45,6 +49,9 @@ struct LiveSandboxRef {
   pid_t init_pid = 0;                  // host pid of the sandbox's pid 1
   std::string exec_socket;             // unix socket paths on the host (≤ 107 bytes)
   std::string supervisor_socket;
+  // The exec protocol (runtime/process/exec_protocol.h) of the sandbox's exec server, recorded
+  // since v3; 0 for a sandbox recorded before that (its server speaks v1 or v2).
+  uint32_t exec_protocol = 0;
 };
 
 // The other end of serve_sandbox's ready_fd: reads ServeReady messages (decode_ready) until
@@ -163,6 +170,8 @@ class LiveSandbox {
   Result<UniqueFd> open_netns() const;
 
   // Starts a command; returns once it runs (or failed to start: then poll_exit reports it).
+  // An exec server of another protocol version (a sandbox started by another hutchd) is an
+  // Error of kind kConflict with step kOutdatedExecStep, saying both versions.
   Result<ExecProcess> exec(const ExecRequest& request) const;
 
   // Copies the sandbox's upper dir (everything it changed on top of its layers) exactly to
@@ -187,8 +196,18 @@ class LiveSandbox {
 
   // Hands a started background process to the supervisor, which pumps its output into the files
   // and records its exit, whether or not a hutchd is attached. Returns the doorbell. An older
-  // supervisor is an Error of kind kUnsupported (decode_keeper_reply).
+  // supervisor is an Error of kind kUnsupported (decode_keeper_reply). Once a keep has succeeded,
+  // keeper_confirmed() is true.
   Result<UniqueFd> keep_process(const KeepRequest& request) const;
+  // keep_process in two halves, for a caller that need not wait for the supervisor to be
+  // scheduled: send_keep sends the request (the supervisor has copies of the fds once it
+  // returns) and returns the connection the reply comes on; await_kept reads that reply (the
+  // doorbell, or the supervisor's refusal). Requests are served in connection order, so a later
+  // request (close_kept_stdin) finds the process kept.
+  Result<UniqueFd> send_keep(const KeepRequest& request) const;
+  static Result<UniqueFd> await_kept(int conn);
+  // This supervisor has kept a process for this object: it is not an older one that would refuse.
+  bool keeper_confirmed() const;
   // The kept processes still running, each with fresh handles.
   Result<std::vector<KeptHandles>> kept_processes() const;
   // Closes the supervisor's copy of `pid`'s stdin pipe (with the caller's: the command sees EOF).
@@ -203,11 +222,17 @@ class LiveSandbox {
   Result<void> keeper_request(
       const KeeperRequest& request, const std::vector<int>& fds,
       const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply) const;
+  Result<UniqueFd> send_keeper_request(const KeeperRequest& request,
+                                       const std::vector<int>& fds) const;
+  static Result<void> read_keeper_replies(
+      int conn, const std::function<bool(const KeeperReply&, std::vector<UniqueFd>)>& on_reply);
   LiveSandboxRef ref_;
   UniqueFd attachment_;  // the connection of the kAttach request, kept open
   UniqueFd supervisor_pidfd_;
   UniqueFd init_pidfd_;
   UniqueFd oom_counter_;
+  // Shared, not a plain atomic: LiveSandbox is movable.
+  std::shared_ptr<std::atomic<bool>> keeper_confirmed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace hutch

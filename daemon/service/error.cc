@@ -1,5 +1,7 @@
 #include "daemon/service/error.h"
 
+#include "runtime/live_sandbox.h"
+
 namespace hutch::daemon::service {
 
 std::unexpected<ServiceError> service_error(ErrorKind kind, std::string code, std::string message) {
@@ -7,6 +9,8 @@ std::unexpected<ServiceError> service_error(ErrorKind kind, std::string code, st
 }
 
 ServiceError from_runtime(const Error& error) {
+  if (error.step == kOutdatedExecStep)
+    return {ErrorKind::kConflict, "sandbox_outdated", error.message()};
   switch (error.kind) {
     case ErrorKind::kInvalid:
       return {error.kind, "bad_request", error.message()};

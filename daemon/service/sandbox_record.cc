@@ -24,7 +24,8 @@ json ref_to_json(const LiveSandboxRef& ref) {
           {"supervisor_start_time", ref.supervisor_start_time},
           {"init_pid", ref.init_pid},
           {"exec_socket", ref.exec_socket},
-          {"supervisor_socket", ref.supervisor_socket}};
+          {"supervisor_socket", ref.supervisor_socket},
+          {"exec_protocol", ref.exec_protocol}};
 }
 
 LiveSandboxRef ref_from_json(const json& j) {
@@ -34,6 +35,8 @@ LiveSandboxRef ref_from_json(const json& j) {
   ref.init_pid = j.at("init_pid").get<pid_t>();
   ref.exec_socket = j.at("exec_socket").get<std::string>();
   ref.supervisor_socket = j.at("supervisor_socket").get<std::string>();
+  // Missing in the records of a hutchd before exec protocol v3.
+  ref.exec_protocol = j.value("exec_protocol", 0u);
   return ref;
 }
 

@@ -51,15 +51,60 @@ struct Command {
   int stdio[3] = {-1, -1, -1};
 };
 
-bool receive_command(int conn, Command& command) {
+// Decimal digits of `value` into `out` (NUL-terminated), without allocating: the shim is a fork.
+void format_unsigned(char* out, size_t size, uint32_t value) {
+  char digits[16];
+  size_t n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  size_t i = 0;
+  for (; i < n && i + 1 < size; ++i) out[i] = digits[n - 1 - i];
+  out[i] = '\0';
+}
+
+// Reads the pending message away (its fds closed with it): a unix socket closed with unread data
+// resets its peer (ECONNRESET), which would then never read the answer sent before the close.
+void discard_message(int conn) {
+  char ignored;
+  (void)recv(conn, &ignored, sizeof ignored, MSG_DONTWAIT);
+}
+
+enum class Received {
+  kCommand,
+  kOtherVersion,  // a request of another exec protocol version (ExecRequestHeader's first fields)
+  kMalformed,
+  kNothing,  // no request in time, or the client is gone
+};
+
+Received receive_command(int conn, Command& command, uint32_t& their_version) {
   pollfd ready{conn, POLLIN, 0};
-  if (poll(&ready, 1, kRequestTimeoutMs) != 1) return false;
+  if (poll(&ready, 1, kRequestTimeoutMs) != 1) return Received::kNothing;
   // The buffer is sized from the message (MSG_TRUNC reports its real length): zeroing the
   // 1 MiB maximum for every exec cost more than the rest of the shim's start.
   ssize_t length = recv(conn, nullptr, 0, MSG_PEEK | MSG_TRUNC);
+  if (length <= 0) return Received::kNothing;
+  // The version first, whatever the header's size in that version.
+  uint32_t prefix[2] = {};
+  if (length >= static_cast<ssize_t>(sizeof prefix) &&
+      recv(conn, prefix, sizeof prefix, MSG_PEEK) == static_cast<ssize_t>(sizeof prefix)) {
+    if (prefix[0] == ExecRequestHeader::kUnversionedMagic) {
+      their_version = 0;  // v1 or v2: an older hutchd talking to this newer sandbox
+      discard_message(conn);
+      return Received::kOtherVersion;
+    }
+    if (prefix[0] == ExecRequestHeader::kMagic && prefix[1] != kExecProtocolVersion) {
+      their_version = prefix[1];
+      discard_message(conn);
+      return Received::kOtherVersion;
+    }
+  }
   if (length < static_cast<ssize_t>(sizeof(ExecRequestHeader)) ||
-      length > static_cast<ssize_t>(kMaxExecRequestBytes))
-    return false;
+      length > static_cast<ssize_t>(kMaxExecRequestBytes)) {
+    discard_message(conn);
+    return Received::kMalformed;
+  }
   command.buffer.resize(static_cast<size_t>(length));
   iovec iov{command.buffer.data(), command.buffer.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 3)] = {};
@@ -71,20 +116,20 @@ bool receive_command(int conn, Command& command) {
   ssize_t n = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
   if (n < static_cast<ssize_t>(sizeof(ExecRequestHeader)) ||
       (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
-    return false;
+    return Received::kMalformed;
   cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
   if (cmsg == nullptr || cmsg->cmsg_type != SCM_RIGHTS ||
       cmsg->cmsg_len != CMSG_LEN(sizeof(int) * 3))
-    return false;
+    return Received::kMalformed;
   std::memcpy(command.stdio, CMSG_DATA(cmsg), sizeof command.stdio);
 
   ExecRequestHeader header;
   std::memcpy(&header, command.buffer.data(), sizeof header);
-  if (header.magic != ExecRequestHeader::kMagic || header.argc == 0) return false;
+  if (header.magic != ExecRequestHeader::kMagic || header.argc == 0) return Received::kMalformed;
   command.survive_disconnect = header.survive_disconnect != 0;
   if ((header.pty_cols == 0) != (header.pty_rows == 0) || header.pty_cols > USHRT_MAX ||
       header.pty_rows > USHRT_MAX)
-    return false;
+    return Received::kMalformed;
   command.pty_size.ws_col = static_cast<unsigned short>(header.pty_cols);
   command.pty_size.ws_row = static_cast<unsigned short>(header.pty_rows);
   // The strings: argc + envc + 1 NUL-terminated entries, nothing after them.
@@ -99,16 +144,17 @@ bool receive_command(int conn, Command& command) {
   };
   for (uint32_t i = 0; i < header.argc; ++i) {
     char* arg = next_string();
-    if (arg == nullptr) return false;
+    if (arg == nullptr) return Received::kMalformed;
     command.argv.push_back(arg);
   }
   for (uint32_t i = 0; i < header.envc; ++i) {
     char* kv = next_string();
-    if (kv == nullptr) return false;
+    if (kv == nullptr) return Received::kMalformed;
     command.envp.push_back(kv);
   }
   const char* workdir = next_string();
-  if (workdir == nullptr || cursor != end || command.argv[0][0] == '\0') return false;
+  if (workdir == nullptr || cursor != end || command.argv[0][0] == '\0')
+    return Received::kMalformed;
   command.workdir = workdir;
   command.argv.push_back(nullptr);
   command.envp.push_back(nullptr);
@@ -120,7 +166,7 @@ bool receive_command(int conn, Command& command) {
   command.path_dirs = split_search_path(path_var);
   for (const std::string& dir : command.path_dirs) command.path_dir_ptrs.push_back(dir.c_str());
   command.path_dir_ptrs.push_back(nullptr);
-  return true;
+  return Received::kCommand;
 }
 
 // The signals this exec server found ignored when it started (inherited through the zygote and
@@ -223,8 +269,19 @@ class Shim {
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     signals_ = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signals_ < 0) not_started("signalfd", errno);
     Command command;
-    if (signals_ < 0 || !receive_command(conn_, command)) _exit(1);
+    uint32_t their_version = 0;
+    switch (receive_command(conn_, command, their_version)) {
+      case Received::kCommand:
+        break;
+      case Received::kOtherVersion:
+        refuse(their_version);
+      case Received::kMalformed:
+        not_started("malformed exec request", 0);
+      case Received::kNothing:
+        _exit(1);
+    }
     survive_disconnect_ = command.survive_disconnect;
     StartFailure pty_failure{};
     if (command.pty_size.ws_col != 0 && !open_pty(command, pty_failure)) {
@@ -233,18 +290,14 @@ class Shim {
     }
 
     int report[2];
-    if (pipe2(report, O_CLOEXEC) != 0) _exit(1);
+    if (pipe2(report, O_CLOEXEC) != 0) not_started("pipe2", errno);
     // vfork: no page tables to copy; the child only makes syscalls until execve.
     command_ = vfork();
+    const int vfork_errno = errno;
     if (command_ == 0) run_command(command, report[1]);
     close(report[1]);
     for (int fd : command.stdio) close(fd);
-    if (command_ < 0) {
-      close(pty_master_);
-      StartFailure failure{};
-      append_cstr(failure.step, sizeof failure.step, "fork");
-      finish_failed(failure);
-    }
+    if (command_ < 0) not_started("vfork (the sandbox's pids limit?)", vfork_errno);
     StartFailure failure{};
     ssize_t n = read(report[0], &failure, sizeof failure);
     close(report[0]);
@@ -282,6 +335,42 @@ class Shim {
       if (command.stdio[target] < 0) return fail("dup slave");
     }
     return true;
+  }
+
+  // The request is of another protocol version (0: v1 or v2): say which one this server speaks,
+  // so that the client reports an outdated sandbox and not a failure of the command.
+  [[noreturn]] void refuse(uint32_t their_version) {
+    char text[256] = "this sandbox's exec server speaks exec protocol v";
+    char number[16];
+    format_unsigned(number, sizeof number, kExecProtocolVersion);
+    append_cstr(text, sizeof text, number);
+    append_cstr(text, sizeof text, ", the request is ");
+    if (their_version == 0) {
+      append_cstr(text, sizeof text, "v1 or v2");
+    } else {
+      format_unsigned(number, sizeof number, their_version);
+      append_cstr(text, sizeof text, "v");
+      append_cstr(text, sizeof text, number);
+    }
+    ExecEvent event{};
+    event.kind = ExecEvent::Kind::kRefused;
+    event.protocol_version = kExecProtocolVersion;
+    append_cstr(event.start_error, sizeof event.start_error, text);
+    (void)send_with_fds(conn_, &event, sizeof event, nullptr, 0);
+    _exit(1);
+  }
+
+  // No process for the command: `step` failed with `err` (0: no errno).
+  [[noreturn]] void not_started(const char* step, int err) {
+    char text[256] = "";
+    append_cstr(text, sizeof text, step);
+    if (err != 0) {
+      append_cstr(text, sizeof text, ": ");
+      append_cstr(text, sizeof text, strerror(err));
+    }
+    command_ = 0;
+    send_event(ExecEvent::Kind::kNotStarted, 0, 0, text);
+    _exit(1);
   }
 
   [[noreturn]] void finish_failed(const StartFailure& failure) {
@@ -411,8 +500,10 @@ class Shim {
   if (send_sync(sync_fd, serving) != 0) _exit(125);
 
   pid_t spare = -1;
+  int fork_errno = 0;
   auto fork_spare = [&] {
     spare = fork();
+    if (spare < 0) fork_errno = errno;
     if (spare == 0) {
       close(taken[0]);
       run_spare_shim(listen_fd, taken[1], signals, sync_fd);
@@ -444,9 +535,21 @@ class Shim {
     }
     if (spare <= 0) fork_spare();
     if (spare <= 0 && (fds[0].revents & POLLIN)) {
-      // A failed fork closes the connection: the client reports it.
+      // No shim for the connection: init says so and closes it.
       int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn >= 0) close(conn);
+      if (conn >= 0) {
+        // The request follows the connect at once: read away before the answer (see
+        // discard_message), waiting a moment at most, as init has other work.
+        pollfd request{conn, POLLIN, 0};
+        if (poll(&request, 1, 100) == 1) discard_message(conn);
+        ExecEvent event{};
+        event.kind = ExecEvent::Kind::kNotStarted;
+        append_cstr(event.start_error, sizeof event.start_error,
+                    "fork of a shim for the command (the sandbox's pids limit?): ");
+        append_cstr(event.start_error, sizeof event.start_error, strerror(fork_errno));
+        (void)send(conn, &event, sizeof event, MSG_NOSIGNAL | MSG_DONTWAIT);
+        close(conn);
+      }
     }
   }
 }

@@ -27,6 +27,7 @@
 #include "runtime/base/proc_stat.h"
 #include "runtime/cgroup/plan.h"
 #include "runtime/ns/net.h"
+#include "runtime/process/exec_protocol.h"
 #include "tests/common/must_work.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
@@ -89,6 +90,9 @@ TEST(SandboxRecordTest, RefAndPooledRecordRoundTrip) {
   EXPECT_EQ(back.init_pid, ref.init_pid);
   EXPECT_EQ(back.exec_socket, ref.exec_socket);
   EXPECT_EQ(back.supervisor_socket, ref.supervisor_socket);
+  EXPECT_EQ(back.exec_protocol, 0u) << "a ref made before exec protocol v3";
+  ref.exec_protocol = kExecProtocolVersion;
+  EXPECT_EQ(ref_from_json(ref_to_json(ref)).exec_protocol, kExecProtocolVersion);
 
   json pooled = json::parse(pooled_record("sb-1", ref));
   EXPECT_EQ(pooled["state"], "pooled");
@@ -185,6 +189,13 @@ TEST(ServiceErrorTest, KindsBecomeCodesAndStatusesOnce) {
   auto failure = service::from_runtime(plain_error("x", "y").error());
   EXPECT_EQ(failure.code, "runtime_error");
   EXPECT_EQ(api_error(failure).status, 500);
+
+  // An exec server of another protocol version: LiveSandbox::exec's error (tests/live's
+  // ExecOfAnOutdatedServerIsAClearConflict) becomes a 409 of its own code, never a fork failure.
+  auto outdated = service::from_runtime(
+      kind_error(ErrorKind::kConflict, kOutdatedExecStep, "started by an older hutchd").error());
+  EXPECT_EQ(outdated.code, "sandbox_outdated");
+  EXPECT_EQ(api_error(outdated).status, 409);
 
   SandboxConfig config;
   config.rootfs = "/nonexistent/rootfs";

@@ -8,14 +8,18 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 
+#include "runtime/process/exec_protocol.h"
+#include "runtime/process/sync.h"
 #include "runtime/supervisor_protocol.h"
 #include "seccomp/default_program.h"
 #include "tests/common/command.h"
@@ -524,6 +528,134 @@ TEST_F(LiveSandboxTest, WithoutDeadlinesADetachedSandboxRunsOn) {
   auto again = LiveSandbox::connect(ref);
   ASSERT_TRUE(again) << again.error().message();
   sandbox_.emplace(std::move(*again));
+}
+
+}  // namespace
+}  // namespace hutch
+
+namespace hutch {
+namespace {
+
+// A unix SOCK_SEQPACKET connection to `path`.
+UniqueFd connect_to(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0)
+    return UniqueFd();
+  return fd;
+}
+
+// Sends `header` then argv {"true"} and workdir "/" with three /dev/null stdio fds, as a client
+// of that header's version would, and returns the exec server's first event (kind 0: none).
+template <typename Header>
+ExecEvent send_request(const std::string& exec_socket, const Header& header) {
+  UniqueFd conn = connect_to(exec_socket);
+  EXPECT_TRUE(conn) << "connect " << exec_socket << ": " << strerror(errno);
+  std::string message(reinterpret_cast<const char*>(&header), sizeof header);
+  message.append("true", 5);
+  message.append("/", 2);
+  UniqueFd null(open("/dev/null", O_RDWR | O_CLOEXEC));
+  const int stdio[3] = {null.get(), null.get(), null.get()};
+  EXPECT_EQ(send_with_fds(conn.get(), message.data(), message.size(), stdio, 3), 0);
+  ExecEvent event{};
+  pollfd readable{conn.get(), POLLIN, 0};
+  EXPECT_EQ(poll(&readable, 1, 10'000), 1);
+  EXPECT_EQ(recv(conn.get(), &event, sizeof event, 0), static_cast<ssize_t>(sizeof event));
+  return event;
+}
+
+// The header of exec protocol v2 (before the version field), as a hutchd of then sent it.
+struct V2Header {
+  uint32_t magic = 0x68757463;  // "hutc"
+  uint32_t argc = 1;
+  uint32_t envc = 0;
+  uint32_t survive_disconnect = 0;
+  uint32_t pty_cols = 0;
+  uint32_t pty_rows = 0;
+};
+
+TEST_F(LiveSandboxTest, AnOldSizedRequestIsRefusedNamingTheServersVersion) {
+  const ExecEvent event = send_request(sandbox_->ref().exec_socket, V2Header{});
+  EXPECT_EQ(event.kind, ExecEvent::Kind::kRefused);
+  EXPECT_EQ(event.protocol_version, kExecProtocolVersion);
+  EXPECT_STREQ(event.start_error,
+               ("this sandbox's exec server speaks exec protocol v" +
+                std::to_string(kExecProtocolVersion) + ", the request is v1 or v2")
+                   .c_str());
+  EXPECT_EQ(run({"true"}).exit.exit_code, 0) << "the server serves on";
+}
+
+TEST_F(LiveSandboxTest, ARequestOfAnotherVersionIsRefusedNamingBoth) {
+  ExecRequestHeader header;
+  header.version = kExecProtocolVersion + 1;
+  header.argc = 1;
+  const ExecEvent event = send_request(sandbox_->ref().exec_socket, header);
+  EXPECT_EQ(event.kind, ExecEvent::Kind::kRefused);
+  EXPECT_EQ(event.protocol_version, kExecProtocolVersion);
+  EXPECT_NE(std::string(event.start_error)
+                .find("the request is v" + std::to_string(kExecProtocolVersion + 1)),
+            std::string::npos)
+      << event.start_error;
+}
+
+// The client's side, against a stand-in exec server of the sandbox's ref: a refusal, and the
+// silent close of a server from before v3, are a conflict naming both versions, never a fork
+// failure; a silent close of a v3 server is not called outdated.
+TEST_F(LiveSandboxTest, ExecOfAnOutdatedServerIsAClearConflict) {
+  const std::string fake_socket = dir_.path() + "/fake-exec.sock";
+  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, fake_socket.c_str(), sizeof address.sun_path - 1);
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(listener.get(), 4), 0);
+  // Answers one request: with a refusal of `version`, or (0) by closing without a word.
+  auto serve_one = [&](uint32_t version) {
+    return std::thread([&listener, version] {
+      UniqueFd conn(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      char buffer[4096];
+      (void)recv(conn.get(), buffer, sizeof buffer, 0);
+      if (version == 0) return;
+      ExecEvent event{};
+      event.kind = ExecEvent::Kind::kRefused;
+      event.protocol_version = version;
+      (void)send(conn.get(), &event, sizeof event, MSG_NOSIGNAL);
+    });
+  };
+  auto exec_with = [&](uint32_t recorded_protocol, uint32_t server_version) {
+    LiveSandboxRef ref = sandbox_->ref();
+    ref.exec_socket = fake_socket;
+    ref.exec_protocol = recorded_protocol;
+    auto other = LiveSandbox::connect(ref);
+    EXPECT_TRUE(other) << other.error().message();
+    std::thread server = serve_one(server_version);
+    ExecRequest request;
+    request.argv = {"true"};
+    auto process = other->exec(request);
+    server.join();
+    EXPECT_FALSE(process);
+    return process ? Error{} : process.error();
+  };
+  const std::string ours = "this hutchd speaks v" + std::to_string(kExecProtocolVersion);
+
+  Error refused = exec_with(kExecProtocolVersion, 2);
+  EXPECT_EQ(refused.kind, ErrorKind::kConflict);
+  EXPECT_EQ(refused.step, kOutdatedExecStep);
+  EXPECT_NE(refused.message().find("started by an older hutchd (exec protocol v2, " + ours +
+                                   "): recreate it"),
+            std::string::npos)
+      << refused.message();
+
+  Error silent_old = exec_with(0, 0);
+  EXPECT_EQ(silent_old.step, kOutdatedExecStep);
+  EXPECT_NE(silent_old.message().find("(exec protocol v1 or v2, " + ours + ")"), std::string::npos)
+      << silent_old.message();
+
+  Error silent_current = exec_with(kExecProtocolVersion, 0);
+  EXPECT_NE(silent_current.step, kOutdatedExecStep);
+  EXPECT_EQ(silent_current.message().find("fork"), std::string::npos) << silent_current.message();
 }
 
 }  // namespace
