@@ -1,9 +1,12 @@
 // A sandbox of hutchd and what can be done in it: exec (plain, streamed, background), PTYs,
-// shell sessions, file watch, network policy, files, pause/resume, snapshots, forks and checkpoints. `await using sandbox = await client.create()`
-// deletes it at the end of the scope.
+// shell sessions, file watch, network policy, files, ports (proxy, tokens, raw tunnels, local
+// forwards), pause/resume, snapshots, forks and checkpoints. `await using sandbox = await
+// client.create()` deletes it at the end of the scope.
 import type http from "node:http";
+import type net from "node:net";
 import { CommandExitError } from "./errors.js";
 import { Body, ndjson, readAll, Transport } from "./transport.js";
+import { forwardPort, openTunnel, type PortForward } from "./tunnel.js";
 import type {
   Checkpoint, DownloadResult, ExecEvent, ExecOptions, ExecResult, FileEntry, GrepMatch, NetworkPolicy,
   NetworkState, OutputChunk, PortToken, ProcessStatus, PtyOptions, ReadLines, SandboxInfo, SnapshotResult,
@@ -77,8 +80,15 @@ function snapshotResult(raw: Raw): SnapshotResult {
 /** A command: an argv array runs as is, a string runs with /bin/sh -c. */
 export type Command = string | string[];
 
-function execBody(command: Command, options: ExecOptions): Raw {
-  const body: Raw = Array.isArray(command) ? { argv: command } : { command };
+/** A script for hutchd's HasteKit aliases (/exec/bash, /exec/python) and its arguments. */
+interface Script {
+  script: string;
+  args: string[];
+}
+
+function execBody(command: Command | Script, options: ExecOptions): Raw {
+  const body: Raw = Array.isArray(command) ? { argv: command }
+    : typeof command === "string" ? { command } : { script: command.script, args: command.args };
   if (options.workdir !== undefined) body.workdir = options.workdir;
   if (options.env !== undefined) body.env = options.env;
   if (options.stdin !== undefined) body.stdin = options.stdin;
@@ -271,8 +281,18 @@ export class Sandbox {
     return this.execAt("/exec", command, options);
   }
 
+  /** `bash -c script bash args...` (hutchd's HasteKit alias), with exec's options and result. */
+  execBash(script: string, args: string[] = [], options: ExecOptions = {}): Promise<ExecResult> {
+    return this.execAt("/exec/bash", { script, args }, options);
+  }
+
+  /** `python3 -c script args...` (needs python3 in the sandbox), with exec's options and result. */
+  execPython(script: string, args: string[] = [], options: ExecOptions = {}): Promise<ExecResult> {
+    return this.execAt("/exec/python", { script, args }, options);
+  }
+
   /** exec at another route of this sandbox with the same body and result (a session's exec). */
-  async execAt(route: string, command: Command, options: ExecOptions): Promise<ExecResult> {
+  async execAt(route: string, command: Command | Script, options: ExecOptions): Promise<ExecResult> {
     let result: ExecResult;
     if (options.onStdout || options.onStderr) {
       let stdout = "";
@@ -305,7 +325,7 @@ export class Sandbox {
     return this.execStreamAt("/exec", command, options);
   }
 
-  async *execStreamAt(route: string, command: Command, options: ExecOptions): AsyncGenerator<ExecEvent> {
+  async *execStreamAt(route: string, command: Command | Script, options: ExecOptions): AsyncGenerator<ExecEvent> {
     const response = await this.transport.request("POST", `${this.base}${route}`, {
       json: { ...execBody(command, options), stream: true }, signal: options.signal,
     });
@@ -414,6 +434,25 @@ export class Sandbox {
 
   async revokePortToken(port: number, tokenId: string): Promise<void> {
     await this.call("DELETE", `/port-tokens/${port}/${encodeURIComponent(tokenId)}`);
+  }
+
+  /**
+   * A raw TCP connection to the sandbox's `port` through hutchd (databases, ssh): a connected
+   * socket whose bytes are the port's, both ways. It is half-open: `end()` is passed on as a
+   * half-close and the port's EOF does not end our side; destroy it when done. Rejects with
+   * HutchError port_unreachable when nothing listens there.
+   */
+  tunnel(port: number, options: { signal?: AbortSignal } = {}): Promise<net.Socket> {
+    return openTunnel(this.transport, `${this.base}/tunnel/${port}`, options);
+  }
+
+  /**
+   * Listens on 127.0.0.1:`localPort` (default 0: any free port, see `.port`) and tunnels each
+   * connection to the sandbox's `port`, as `hutch port-forward` does. A first tunnel is opened at
+   * once, so a wrong sandbox or a closed port rejects here. `await using` closes it.
+   */
+  portForward(port: number, options: { localPort?: number } = {}): Promise<PortForward> {
+    return forwardPort(this.transport, `${this.base}/tunnel/${port}`, options.localPort ?? 0);
   }
 
   process(pid: number): Process {

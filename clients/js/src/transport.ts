@@ -27,7 +27,8 @@ export interface RequestOptions {
 export class Transport {
   readonly socketPath?: string;
   readonly url?: URL;
-  private readonly token?: string;
+  /** The bearer token sent on TCP (raw connections, such as tunnels, send it themselves). */
+  readonly token?: string;
   private readonly agent: http.Agent;
 
   constructor(options: ClientOptions = {}) {

@@ -377,6 +377,9 @@ def test_pty_terminal_size_resize_input_and_exit(sandbox: hutch.Sandbox) -> None
     assert b"20 90\r\n" in _wait_for(term, b"20 90\r\n")
     assert term.resize(100, 30).running
     assert b"30 100\r\n" in _wait_for(term, b"30 100\r\n")
+    listed = sandbox.ptys()
+    assert [p.pid for p in listed] == [term.pid] and isinstance(listed[0], hutch.Pty)
+    assert listed[0].last_status is not None and listed[0].last_status.running
     assert term.close().term_signal == 9
 
     shell = sandbox.pty("read line; echo got:$line; exit 4")

@@ -65,6 +65,11 @@ describe("HutchClient", { skip }, () => {
       error instanceof CommandExitError && error.result.exitCode === 3 && error.result.stderr === "boom\n");
     assert.equal((await sandbox.exec("cat", { stdin: "abc\0def" })).stdout, "abc\0def");
     assert.equal((await sandbox.exec("echo $X", { env: { X: "42" } })).stdout, "42\n");
+    assert.equal((await sandbox.execBash('echo "$0:$1:$2"', ["a", "b c"])).stdout, "bash:a:b c\n");
+    assert.equal((await sandbox.execPython("import sys; print(sys.argv[1:])", ["a", "b"])).stdout, "['a', 'b']\n");
+    const streamedAlias: string[] = [];
+    const alias = await sandbox.execBash("echo out; exit 5", [], { onStdout: (text) => streamedAlias.push(text) });
+    assert.deepEqual([alias.exitCode, streamedAlias.join("")], [5, "out\n"]);
     const missing = await sandbox.exec(["/no/such/binary"]);
     assert.equal(missing.exitCode, 127);
     const timedOut = await sandbox.exec("sleep 30", { timeoutSeconds: 0.3 });

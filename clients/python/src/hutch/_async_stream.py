@@ -24,8 +24,8 @@ class AsyncHttpStream:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                  status: int, headers: dict[str, str]) -> None:
-        self._reader = reader
-        self._writer = writer
+        self.reader = reader
+        self.writer = writer
         self.status = status
         self.headers = headers
         self.request_id = headers.get("x-request-id")
@@ -33,20 +33,20 @@ class AsyncHttpStream:
     async def _body(self) -> AsyncIterator[bytes]:
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
-                size_line = await self._reader.readline()
+                size_line = await self.reader.readline()
                 if not size_line:
                     raise HutchConnectionError("the stream ended inside a chunk",
                                                request_id=self.request_id)
                 size = int(size_line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
-                    await self._reader.readline()
+                    await self.reader.readline()
                     return
-                yield await self._reader.readexactly(size)
-                await self._reader.readexactly(2)
+                yield await self.reader.readexactly(size)
+                await self.reader.readexactly(2)
         elif "content-length" in self.headers:
-            yield await self._reader.readexactly(int(self.headers["content-length"]))
+            yield await self.reader.readexactly(int(self.headers["content-length"]))
         else:
-            while block := await self._reader.read(1 << 16):
+            while block := await self.reader.read(1 << 16):
                 yield block
 
     async def read(self) -> bytes:
@@ -67,9 +67,9 @@ class AsyncHttpStream:
             yield pending
 
     async def close(self) -> None:
-        self._writer.close()
+        self.writer.close()
         try:
-            await self._writer.wait_closed()
+            await self.writer.wait_closed()
         except OSError:
             pass
 
@@ -78,6 +78,31 @@ async def open_stream(transport: Transport, method: str, path: str,
                       body: Any) -> AsyncHttpStream:
     """Sends the request on a connection of its own; raises the hutch error of a status >= 400."""
     data = json.dumps(body).encode()
+    stream = await _exchange(transport, method, path, ["Content-Type: application/json",
+                                                        f"Content-Length: {len(data)}",
+                                                        "Connection: close"], data)
+    if stream.status >= 400:
+        answer = await stream.read()
+        await stream.close()
+        raise error_for(stream.status, answer, stream.request_id)
+    return stream
+
+
+async def open_tunnel(transport: Transport,
+                      path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """`POST path` for a raw tunnel: the connection's streams once hutchd answered `200` (bytes
+    the port sent behind the head stay in the reader's buffer); the hutch error otherwise."""
+    stream = await _exchange(transport, "POST", path, ["Content-Length: 0"], b"")
+    if stream.status != 200:
+        answer = await stream.read()
+        await stream.close()
+        raise error_for(stream.status, answer, stream.request_id)
+    return stream.reader, stream.writer
+
+
+async def _exchange(transport: Transport, method: str, path: str, fields: list[str],
+                    data: bytes) -> AsyncHttpStream:
+    """Sends one request on a connection of its own and reads its answer's head."""
     try:
         if transport.socket_path is not None:
             reader, writer = await asyncio.open_unix_connection(transport.socket_path,
@@ -88,9 +113,7 @@ async def open_stream(transport: Transport, method: str, path: str,
                                                            ssl=secure, limit=_LINE_LIMIT)
     except OSError as e:
         raise HutchConnectionError(f"{method} {path} to {transport.describe()}: {e}") from e
-    head = [f"{method} {transport._prefix}{path} HTTP/1.1", "Host: hutch",
-            "Content-Type: application/json", f"Content-Length: {len(data)}",
-            "Connection: close"]
+    head = [f"{method} {transport._prefix}{path} HTTP/1.1", "Host: hutch", *fields]
     if transport.token:
         head.append(f"Authorization: Bearer {transport.token}")
     try:
@@ -107,9 +130,7 @@ async def open_stream(transport: Transport, method: str, path: str,
     except (OSError, asyncio.IncompleteReadError) as e:
         writer.close()
         raise HutchConnectionError(f"{method} {path} to {transport.describe()}: {e}") from e
-    stream = AsyncHttpStream(reader, writer, int(parts[1]), headers)
-    if stream.status >= 400:
-        answer = await stream.read()
-        await stream.close()
-        raise error_for(stream.status, answer, stream.request_id)
-    return stream
+    except ProtocolError:
+        writer.close()
+        raise
+    return AsyncHttpStream(reader, writer, int(parts[1]), headers)

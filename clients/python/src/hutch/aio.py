@@ -2,8 +2,9 @@
 
 Thin by design: each call runs the synchronous client in a worker thread (`asyncio.to_thread`),
 so the event loop never blocks on hutchd. `AsyncSandbox.stream` is read on the event loop itself
-(an asyncio connection of its own, no thread held while a command runs); `follow` and
-`iter_bytes` are async iterators whose every step runs in a thread.
+(an asyncio connection of its own, no thread held while a command runs); `AsyncSandbox.tunnel` too
+(a raw TCP tunnel as asyncio streams); `follow` and `iter_bytes` are async iterators whose every
+step runs in a thread.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from hutch._async_stream import AsyncHttpStream, open_stream
+from hutch._async_stream import AsyncHttpStream, open_stream, open_tunnel
 from hutch.client import Client, Files, Process, Sandbox, Session
 from hutch.errors import ProtocolError
 from hutch.models import ExecResult, OutputEvent
@@ -120,6 +121,12 @@ class AsyncSandbox(_Proxy):
         http = await open_stream(self._sync.client.transport, "POST",
                                  self._sync.path + "/exec", body)
         return AsyncExecStream(http)
+
+    async def tunnel(self, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A raw TCP tunnel to the sandbox's `port` on the event loop: its streams once hutchd
+        answered (`writer.write_eof()` is a half-close); PortUnreachable when nothing listens."""
+        return await open_tunnel(self._sync.client.transport,
+                                 f"{self._sync.path}/tunnel/{int(port)}")
 
     def watch(self, path: str, **options: Any) -> AsyncIterator[Any]:
         """The watch's events as an async iterator (each step in a thread)."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Self, Union
 
 from hutch._transport import Response, Transport
+from hutch._tunnel import PortForward, open_tunnel
 from hutch.errors import CommandError, FileNotFound, HutchError, ProtocolError
 from hutch.models import (BakeResult, Checkpoint, ExecResult, FileEntry, FileResult, GrepMatch,
                           GrepResult, Health, NetworkState, OutputChunk, OutputEvent, Pool,
@@ -384,6 +386,11 @@ class Sandbox:
         status = ProcessStatus.from_json(self._call("POST", "/ptys", json_body=body))
         return Pty(self, status.pid, status)
 
+    def ptys(self) -> list[Pty]:
+        """The sandbox's PTYs (GET .../ptys), each with its last status."""
+        return [Pty(self, int(p["pid"]), ProcessStatus.from_json(p))
+                for p in self._call("GET", "/ptys")["ptys"]]
+
     # ---- sessions, watch, network ----
 
     def session(self, name: str | None = None, *, workdir: str | None = None,
@@ -445,6 +452,22 @@ class Sandbox:
 
     def revoke_port_token(self, port: int, token_id: str) -> None:
         self._call("DELETE", f"/port-tokens/{int(port)}/{_q(token_id)}")
+
+    def tunnel(self, port: int, *, timeout: float | None = 30.0) -> socket.socket:
+        """A raw TCP connection to the sandbox's `port` through hutchd (databases, ssh): a
+        connected socket in blocking mode whose bytes are the port's, both ways; `shutdown(SHUT_WR)`
+        is passed on as a half-close. `timeout` bounds connecting and hutchd's answer only.
+        PortUnreachable when nothing listens there; close it (or use `with`) when done."""
+        return open_tunnel(self.client.transport, f"{self.path}/tunnel/{int(port)}", timeout)
+
+    def port_forward(self, port: int, local_port: int = 0, *,
+                     timeout: float | None = 30.0) -> PortForward:
+        """Listens on 127.0.0.1:`local_port` (0: any free port, see `.port`) and tunnels each
+        connection to the sandbox's `port`, as `hutch port-forward` does; a first tunnel is
+        opened at once, so a wrong sandbox or a closed port raises here. Close it (or use
+        `with`) to stop listening and end the connections in flight."""
+        return PortForward(self.client.transport, f"{self.path}/tunnel/{int(port)}",
+                           f"{self.id}:{int(port)}", local_port, timeout)
 
     def process(self, pid: int) -> Process:
         """Reconnects to background process `pid` (ProcessNotFound if hutchd has no record)."""

@@ -161,6 +161,15 @@ class ServerError(HutchError):
     """500 runtime_error / io_error: the message names the syscall, argument and errno."""
 
 
+class BadGateway(ServerError):
+    """502: the sandbox's port answered nothing usable through hutchd's proxy or tunnel."""
+
+
+class PortUnreachable(BadGateway):
+    """502 port_unreachable: nothing listens on the sandbox's port (the message names both
+    connect errors, or says the sandbox's network is "none")."""
+
+
 class Unavailable(HutchError):
     """503."""
 
@@ -201,6 +210,7 @@ _BY_CODE: dict[str, type[HutchError]] = {
     "no_match": NoMatch,
     "not_unique": NotUnique,
     "bake_failed": BakeFailed,
+    "port_unreachable": PortUnreachable,
 }
 
 _BY_STATUS: dict[int, type[HutchError]] = {
@@ -216,6 +226,7 @@ _BY_STATUS: dict[int, type[HutchError]] = {
     422: Unprocessable,
     429: TooManyRequests,
     431: BadRequest,
+    502: BadGateway,
     503: Unavailable,
     507: InsufficientStorage,
 }
