@@ -9,6 +9,7 @@
 #include <future>
 #include <thread>
 
+#include "runtime/base/passed_fds.h"
 #include "tests/common/command.h"
 #include "tests/common/wait.h"
 #include "tests/daemon/daemon_fixture.h"
@@ -231,9 +232,11 @@ TEST_F(LayersTest, CheckpointModifyRollback) {
 
 TEST_F(LayersTest, RollbackRefusesTooManyLayers) {
   std::string id = create();
-  // The host rootfs takes two of overlayfs's lower slots here: six layers fit, a seventh not.
+  // The lower trees travel as fds in one message (kMaxPassedFds) and the host rootfs takes two:
+  // kMaxPassedFds - 2 layers fit, one more not.
+  const int last_fitting = kMaxPassedFds - 2;
   int refused_at = 0;
-  for (int i = 1; i <= 8 && refused_at == 0; ++i) {
+  for (int i = 1; i <= last_fitting + 2 && refused_at == 0; ++i) {
     std::string name = "c" + std::to_string(i);
     sh(id, "echo " + name + " > /root/round");
     ASSERT_EQ(daemon_->post("/v1/sandboxes/" + id + "/checkpoints", {{"name", name}}).status, 201);
@@ -247,8 +250,9 @@ TEST_F(LayersTest, RollbackRefusesTooManyLayers) {
       EXPECT_EQ(sh(id, "cat /root/round"), name + "\n");
     }
   }
-  EXPECT_EQ(refused_at, 7);
-  EXPECT_EQ(sh(id, "cat /root/round"), "c7\n");  // refused before anything was destroyed
+  EXPECT_EQ(refused_at, last_fitting + 1);
+  // Refused before anything was destroyed.
+  EXPECT_EQ(sh(id, "cat /root/round"), "c" + std::to_string(last_fitting + 1) + "\n");
 }
 
 TEST_F(LayersTest, HostileNamesAreRefused) {
