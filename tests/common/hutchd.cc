@@ -75,7 +75,9 @@ int Hutchd::stop(int sig) {
 
 void Hutchd::delete_sandboxes_and_stop() {
   if (pid_ <= 0) return;
-  for (const json& sandbox : get("/v1/sandboxes").body["sandboxes"])
+  // The reply is named: a range-for over a temporary's member outlives the temporary.
+  Reply listed = get("/v1/sandboxes");
+  for (const json& sandbox : listed.body["sandboxes"])
     del("/v1/sandboxes/" + sandbox["id"].get<std::string>() + "?wait=true");
   stop(SIGTERM);
 }

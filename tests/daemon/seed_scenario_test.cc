@@ -140,30 +140,40 @@ struct MemoryScan {
 };
 
 // Every readable mapping of `pid` read from the host through /proc/<pid>/mem (root may: ptrace
-// access mode PTRACE_MODE_ATTACH). Mappings the kernel will not read ([vvar], ...) are skipped.
+// access mode PTRACE_MODE_ATTACH), a window at a time. Mappings the kernel will not read
+// ([vvar], ...) are skipped, and so are address-space reserves of 64 GiB and more: the only one
+// in a sandbox is ASan's shadow in the sanitizer build (its init is forked from the instrumented
+// zygote), terabytes of metadata no process copies data into.
 MemoryScan scan_memory(pid_t pid, std::string_view needle) {
+  constexpr unsigned long kReserve = 64ul << 30;
+  constexpr size_t kWindow = 1 << 20;
   MemoryScan scan;
   const std::string proc = "/proc/" + std::to_string(pid);
   UniqueFd mem(::open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
   if (!mem) return scan;
   std::istringstream maps(slurp(proc + "/maps"));
-  std::string region;
+  // A window keeps the last needle.size() - 1 bytes of the one before: a needle across the
+  // boundary is found.
+  std::string window;
   for (std::string line; std::getline(maps, line);) {
     unsigned long start = 0, end = 0;
     char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, perms) != 3 || perms[0] != 'r')
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, perms) != 3 || perms[0] != 'r' ||
+        end - start >= kReserve)
       continue;
-    region.resize(end - start);
-    size_t got = 0;
-    while (got < region.size()) {
-      const ssize_t n = ::pread(mem.get(), region.data() + got, region.size() - got,
-                                static_cast<off_t>(start + got));
+    window.clear();
+    for (unsigned long at = start; at < end;) {
+      const size_t kept = window.size();
+      window.resize(kept + std::min<unsigned long>(kWindow, end - at));
+      const ssize_t n =
+          ::pread(mem.get(), window.data() + kept, window.size() - kept, static_cast<off_t>(at));
       if (n <= 0) break;
-      got += static_cast<size_t>(n);
+      window.resize(kept + static_cast<size_t>(n));
+      at += static_cast<unsigned long>(n);
+      scan.bytes += static_cast<size_t>(n);
+      if (window.find(needle) != std::string::npos) scan.found = true;
+      window.erase(0, window.size() - std::min(window.size(), needle.size() - 1));
     }
-    scan.bytes += got;
-    if (std::string_view(region.data(), got).find(needle) != std::string_view::npos)
-      scan.found = true;
   }
   return scan;
 }
