@@ -468,6 +468,12 @@ void Relay::terminate_tls() {
   if (auto configured = tls::configure_upstream_ssl(upstream, *log_.name); !configured) {
     return finish("upstream TLS: " + configured.error().message(), true);
   }
+  if (auto resumable = tls::resume_upstream_session(
+          upstream, sandbox_->upstream_sessions,
+          *log_.name + ":" + std::to_string(destination_.port) + " " + std::string(offer));
+      !resumable) {
+    return finish("upstream TLS: " + resumable.error().message(), true);
+  }
   // SSL_set_alpn_protos returns 0 on success, unlike the rest of the API.
   if (SSL_set_alpn_protos(upstream, reinterpret_cast<const unsigned char*>(offer.data()),
                           static_cast<unsigned>(offer.size())) != 0) {
@@ -479,6 +485,8 @@ void Relay::terminate_tls() {
         if (self->phase_ != Phase::kSplicing) return;
         // An upstream whose certificate does not verify is reset, never relayed.
         if (error) return self->finish("TLS handshake upstream: " + error.message(), true);
+        if (SSL_session_reused(self->upstream_tls_->native_handle()) == 1)
+          self->log_.reason += "; upstream session resumed";
         const bool h2 = alpn_of(self->upstream_tls_->native_handle()) == "h2";
         auto server = self->sandbox_->server_tls();
         if (!server) return self->finish("TLS server: " + server.error().message(), true);

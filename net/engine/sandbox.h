@@ -15,6 +15,7 @@
 
 #include "net/engine/engine.h"
 #include "net/engine/fake_names.h"
+#include "net/tls/client_context.h"
 
 namespace hutch::net {
 
@@ -83,6 +84,9 @@ struct SandboxContext {
   // The strand's only.
   std::set<std::shared_ptr<Closable>> open;
   std::shared_ptr<asio::ssl::context> server_tls_;  // server_tls()
+  // Sessions of terminated hosts' upstreams, resumed by the next connection to the same host.
+  std::shared_ptr<tls::UpstreamSessions> upstream_sessions =
+      std::make_shared<tls::UpstreamSessions>();
 };
 
 }  // namespace hutch::net

@@ -2,9 +2,89 @@
 
 #include <openssl/x509v3.h>
 
+#include <ctime>
+
 #include "net/address.h"
 
 namespace hutch::net::tls {
+
+namespace {
+
+// Where an upstream SSL files the sessions its server issues: in its ex_data, freed with it.
+struct SessionSlot {
+  std::shared_ptr<UpstreamSessions> sessions;
+  std::string key;
+};
+
+void free_session_slot(void*, void* slot, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<SessionSlot*>(slot);
+}
+
+int session_slot_index() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, free_session_slot);
+  return index;
+}
+
+// OpenSSL's new-session callback: 1 keeps the reference it hands over, 0 lets OpenSSL drop it.
+int file_new_session(SSL* ssl, SSL_SESSION* session) {
+  auto* slot = static_cast<SessionSlot*>(SSL_get_ex_data(ssl, session_slot_index()));
+  if (!slot || !SSL_SESSION_is_resumable(session)) return 0;
+  // A TLS 1.3 ticket is filed as a copy. The newest session is also the connection's own, which
+  // OpenSSL marks not resumable when the SSL is freed without a clean shutdown, as relayed
+  // connections often are; RFC 8446 ties a ticket to nothing but its lifetime, and a resumed
+  // connection gets only one. TLS 1.2 sessions keep OpenSSL's rule.
+  if (SSL_SESSION_get_protocol_version(session) == TLS1_3_VERSION) {
+    SslSessionPtr copy(SSL_SESSION_dup(session));
+    if (copy) slot->sessions->put(slot->key, std::move(copy));
+    return 0;
+  }
+  slot->sessions->put(slot->key, SslSessionPtr(session));
+  return 1;
+}
+
+// Not resumable: OpenSSL's mark on a TLS 1.2 session whose connection was freed without a clean
+// shutdown (ssl_clear_bad_session; see file_new_session), or past its lifetime.
+bool usable(SSL_SESSION* session) {
+  return SSL_SESSION_is_resumable(session) == 1 &&
+         SSL_SESSION_get_time(session) + SSL_SESSION_get_timeout(session) > std::time(nullptr);
+}
+
+}  // namespace
+
+SslSessionPtr UpstreamSessions::take(const std::string& key) {
+  auto found = sessions_.find(key);
+  if (found == sessions_.end()) return nullptr;
+  std::deque<SslSessionPtr>& queue = found->second;
+  SslSessionPtr session;
+  while (!queue.empty() && !session) {
+    session = std::move(queue.back());  // the newest: the longest left to live
+    queue.pop_back();
+    if (!usable(session.get())) session.reset();
+  }
+  if (queue.empty()) sessions_.erase(found);
+  return session;
+}
+
+void UpstreamSessions::put(const std::string& key, SslSessionPtr session) {
+  if (!sessions_.contains(key) && sessions_.size() >= kMaxKeys) sessions_.erase(sessions_.begin());
+  std::deque<SslSessionPtr>& queue = sessions_[key];
+  queue.push_back(std::move(session));
+  if (queue.size() > kMaxPerKey) queue.pop_front();
+}
+
+Result<void> resume_upstream_session(SSL* ssl, std::shared_ptr<UpstreamSessions> sessions,
+                                     std::string key) {
+  if (SslSessionPtr session = sessions->take(key);
+      session && SSL_set_session(ssl, session.get()) != 1) {
+    return openssl_error("SSL_set_session", key);
+  }
+  auto slot = std::make_unique<SessionSlot>(SessionSlot{std::move(sessions), std::move(key)});
+  if (SSL_set_ex_data(ssl, session_slot_index(), slot.get()) != 1) {
+    return openssl_error("SSL_set_ex_data", slot->key);
+  }
+  slot.release();  // the SSL's now: free_session_slot
+  return {};
+}
 
 Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options) {
   std::string alpn;
@@ -35,6 +115,10 @@ Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options) {
     return openssl_error("SSL_CTX_set_alpn_protos", "TLS upstream");
   }
   SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
+  // Sessions are kept by the caller (UpstreamSessions), never in the context shared by sandboxes.
+  SSL_CTX_set_session_cache_mode(context.get(),
+                                 SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(context.get(), file_new_session);
   return context;
 }
 

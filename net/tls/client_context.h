@@ -4,6 +4,9 @@
 // is also sent as SNI. ALPN upstream is negotiated independently of the sandbox side.
 #pragma once
 
+#include <deque>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,5 +31,28 @@ Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options = {});
 Result<SslPtr> make_upstream_ssl(SSL_CTX* context, std::string_view host);
 // The same settings on an SSL made elsewhere (an asio::ssl::stream's).
 Result<void> configure_upstream_ssl(SSL* ssl, std::string_view host);
+
+// Upstream sessions to resume, by key (host, port, ALPN offer): a second connection to a host
+// resumes its session and skips decoding and verifying the certificate chain, the bulk of a
+// full handshake's client cost in OpenSSL 3.0. A session is offered once (RFC 8446 C.4: a
+// ticket reused links connections); each connection's server sends fresh ones. Not thread-safe:
+// the engine keeps one per sandbox, on the sandbox's strand, so no sandbox can learn from
+// resumption timing which hosts another one visited.
+class UpstreamSessions {
+ public:
+  // A usable (resumable, not expired) session for `key`, taken out of the cache; null if none.
+  SslSessionPtr take(const std::string& key);
+  void put(const std::string& key, SslSessionPtr session);
+
+ private:
+  static constexpr size_t kMaxKeys = 256;
+  static constexpr size_t kMaxPerKey = 4;
+  std::map<std::string, std::deque<SslSessionPtr>> sessions_;
+};
+
+// Offers `ssl` a session of `sessions` under `key`, and files there the sessions its server
+// issues (through a context from make_upstream_context). `sessions` is kept alive by `ssl`.
+Result<void> resume_upstream_session(SSL* ssl, std::shared_ptr<UpstreamSessions> sessions,
+                                     std::string key);
 
 }  // namespace hutch::net::tls

@@ -27,6 +27,7 @@ using X509NamePtr = std::unique_ptr<X509_NAME, OpenSslFree<X509_NAME, X509_NAME_
 using BioPtr = std::unique_ptr<BIO, OpenSslFree<BIO, BIO_free_all>>;
 using SslCtxPtr = std::unique_ptr<SSL_CTX, OpenSslFree<SSL_CTX, SSL_CTX_free>>;
 using SslPtr = std::unique_ptr<SSL, OpenSslFree<SSL, SSL_free>>;
+using SslSessionPtr = std::unique_ptr<SSL_SESSION, OpenSslFree<SSL_SESSION, SSL_SESSION_free>>;
 
 // An Error for a failed OpenSSL call: `step` names the call, the detail is `detail` and the
 // queued OpenSSL reasons ("X509_sign(leaf api.example.com): error:...:bad signature"). Empties

@@ -88,6 +88,7 @@ Result<SslCtxPtr> make_server_context(SandboxCa& ca, const ServerOptions& option
   alpn.release();  // owned by the context's ex_data from here
   SSL_CTX_set_tlsext_servername_callback(context.get(), select_certificate);
   SSL_CTX_set_alpn_select_cb(context.get(), select_alpn, nullptr);
+  if (options.session_tickets) return context;
   // No session resumption: each CA lives with its sandbox and a full handshake costs one
   // signature, so tickets (and their keys to keep) buy little. TLS 1.2 takes the option; TLS 1.3
   // would send stateful tickets despite it unless their number is 0.

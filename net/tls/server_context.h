@@ -15,6 +15,9 @@ namespace hutch::net::tls {
 
 struct ServerOptions {
   std::vector<std::string> alpn = {"h2", "http/1.1"};
+  // Issue session tickets (TLS 1.3: OpenSSL's default two per handshake), as public servers do.
+  // Off for the engine's own server (below); on for the upstreams tests and benches stand up.
+  bool session_tickets = false;
 };
 
 // `ca` must outlive the context and every SSL made from it. A hello without SNI, or with a name

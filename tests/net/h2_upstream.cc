@@ -186,7 +186,8 @@ std::string H2Upstream::Request::field(std::string_view name) const {
 H2Upstream::H2Upstream(int netns, const net::Address& address, net::tls::SandboxCa& ca, Alpn alpn) {
   auto context = net::tls::make_server_context(
       ca, {.alpn = alpn == Alpn::kH2 ? std::vector<std::string>{"h2"}
-                                     : std::vector<std::string>{"h2", "http/1.1"}});
+                                     : std::vector<std::string>{"h2", "http/1.1"},
+           .session_tickets = true});
   if (!context) return;
   context_ = std::move(*context);
   listener_ = listen_in(netns, address.v4_value(), 443);

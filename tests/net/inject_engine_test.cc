@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -58,7 +59,7 @@ using testing::new_netns;
 // request answered "ok".
 std::unique_ptr<testing::Http1Upstream> tls_upstream(int netns, const Address& address,
                                                      tls::SandboxCa& ca) {
-  auto context = tls::make_server_context(ca, {.alpn = {"http/1.1"}});
+  auto context = tls::make_server_context(ca, {.alpn = {"http/1.1"}, .session_tickets = true});
   if (!context) return nullptr;
   return std::make_unique<testing::Http1Upstream>(netns, address, 443, "ok", std::move(*context));
 }
@@ -213,6 +214,43 @@ TEST_F(InjectEngine,
   EXPECT_TRUE(log->allowed);
   EXPECT_NE(log->reason.find("injected Authorization"), std::string::npos) << log->reason;
   EXPECT_FALSE(any_log_holds_secret());
+}
+
+// The engine's upstream leg resumes its TLS session on the next connection to the same host
+// (OpenSSL's SSL_session_reused, logged), each ticket once, and still injects every time.
+TEST_F(InjectEngine, NextConnectionsToATerminatedHostResumeTheUpstreamSession) {
+  for (int i = 0; i < 3; ++i) {
+    const auto got = curl({"https://api.test/v1/n" + std::to_string(i)}, "api.test", kApi,
+                          cas_.sandbox_path, {"-H", "Authorization: Bearer " + placeholder_});
+    ASSERT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_EQ(got.out, "ok");
+  }
+  EXPECT_EQ(api_->accepted(), 3);
+  const auto heads = api_->heads();
+  ASSERT_EQ(heads.size(), 3u);
+  for (const std::string& head : heads)
+    EXPECT_NE(head.find("Authorization: Bearer " + std::string(kSecret)), std::string::npos);
+  // Logged as each connection ends, which may trail curl's exit: ordered by start.
+  std::vector<ConnectionLog> logs;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        std::lock_guard lock(mutex_);
+        logs.clear();
+        for (const ConnectionLog& log : logs_)
+          if (log.name == "api.test" && log.port == 443) logs.push_back(log);
+        return logs.size() == 3;
+      },
+      5s, "three connection logs"));
+  std::sort(logs.begin(), logs.end(),
+            [](const auto& a, const auto& b) { return a.started < b.started; });
+  std::vector<std::string> reasons;
+  for (const ConnectionLog& log : logs) reasons.push_back(log.reason);
+  ASSERT_EQ(reasons.size(), 3u);
+  const std::string resumed = "; upstream session resumed";
+  EXPECT_EQ(reasons[0].find(resumed), std::string::npos) << "the first is a full handshake";
+  EXPECT_NE(reasons[1].find(resumed), std::string::npos) << reasons[1];
+  EXPECT_NE(reasons[2].find(resumed), std::string::npos)
+      << "a ticket of the second: " << reasons[2];
 }
 
 TEST_F(InjectEngine, SandboxCaServesTheRuleHostAndOnlyItsOwnCertVerifiesWithoutIt) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -32,7 +33,8 @@ struct Outcome {
   std::string alpn;
   std::string peer_name;  // the SAN the client saw
   bool server_ok = false;
-  std::string echoed;  // what the client read back after the handshake
+  std::string echoed;    // what the client read back after the handshake
+  bool resumed = false;  // the client's handshake resumed a session
 };
 
 // Server side in a thread: accept, echo four bytes. Client side here with `client`, already
@@ -60,6 +62,7 @@ Outcome handshake(SSL_CTX* server_context, SslPtr client,
   SSL_set_fd(client.get(), client_fd.get());
   if (SSL_connect(client.get()) == 1) {
     outcome.client_ok = true;
+    outcome.resumed = SSL_session_reused(client.get()) == 1;
     const unsigned char* protocol = nullptr;
     unsigned size = 0;
     SSL_get0_alpn_selected(client.get(), &protocol, &size);
@@ -253,6 +256,78 @@ TEST_F(TlsHandshake, BadOptionsAreRefused) {
   EXPECT_FALSE(make_upstream_context({.alpn = {""}}));
   EXPECT_FALSE(make_upstream_context({.alpn = {std::string(256, 'x')}}));
   EXPECT_FALSE(make_server_context(*ca_, {.alpn = {""}}));
+}
+
+// The engine's upstream leg: each next connection to a host resumes a session its server issued,
+// though the client side ends without a clean shutdown as relayed connections do (handshake()
+// frees the client SSL unshut); a session is offered under its own key only.
+TEST_F(TlsHandshake, UpstreamSessionsResumeEachNextConnectionUnderTheirKeyOnly) {
+  auto issuing = make_server_context(*ca_, {.session_tickets = true});
+  ASSERT_TRUE(issuing) << issuing.error().message();
+  auto context = client_context({.ca_file = ca_file_});
+  auto sessions = std::make_shared<UpstreamSessions>();
+  auto connect = [&](const std::string& key) {
+    SslPtr ssl = client_for(context.get(), "upstream.test");
+    EXPECT_TRUE(resume_upstream_session(ssl.get(), sessions, key));
+    return handshake(issuing->get(), std::move(ssl));
+  };
+  std::vector<bool> resumed;
+  for (int i = 0; i < 4; ++i) {
+    const Outcome outcome = connect("upstream.test:443 h2");
+    EXPECT_TRUE(outcome.client_ok && outcome.server_ok);
+    EXPECT_EQ(outcome.verify_result, X509_V_OK);
+    EXPECT_EQ(outcome.echoed, "ping");
+    resumed.push_back(outcome.resumed);
+  }
+  EXPECT_EQ(resumed, (std::vector<bool>{false, true, true, true}));
+  EXPECT_FALSE(connect("upstream.test:8443 h2").resumed) << "another port's key";
+  // The engine's own server issues no tickets: nothing to resume.
+  auto quiet = std::make_shared<UpstreamSessions>();
+  for (int i = 0; i < 2; ++i) {
+    SslPtr ssl = client_for(context.get(), "upstream.test");
+    ASSERT_TRUE(resume_upstream_session(ssl.get(), quiet, "k"));
+    const Outcome outcome = handshake(server_.get(), std::move(ssl));
+    EXPECT_TRUE(outcome.client_ok);
+    EXPECT_FALSE(outcome.resumed);
+  }
+}
+
+// The cache alone: sessions taken once, newest first; at most 4 per key and 256 keys; a session
+// that is not resumable or has expired is never offered.
+TEST(UpstreamSessionsCache, TakesEachOnceWithinItsBoundsAndSkipsUnusableOnes) {
+  int serial = 0;
+  auto session = [&](long age_seconds = 0, bool resumable = true) {
+    SslSessionPtr made(SSL_SESSION_new());
+    const std::string id = "session-" + std::to_string(++serial);
+    if (resumable) {
+      EXPECT_EQ(SSL_SESSION_set1_id(made.get(), reinterpret_cast<const unsigned char*>(id.data()),
+                                    static_cast<unsigned>(id.size())),
+                1);
+    }
+    SSL_SESSION_set_time(made.get(), std::time(nullptr) - age_seconds);
+    SSL_SESSION_set_timeout(made.get(), 300);
+    return made;
+  };
+  UpstreamSessions cache;
+  EXPECT_EQ(cache.take("a"), nullptr);
+  std::vector<SSL_SESSION*> put;
+  for (int i = 0; i < 5; ++i) {
+    SslSessionPtr made = session();
+    put.push_back(made.get());
+    cache.put("a", std::move(made));
+  }
+  for (int i = 4; i >= 1; --i) EXPECT_EQ(cache.take("a").get(), put[i]) << "newest first";
+  EXPECT_EQ(cache.take("a"), nullptr) << "4 kept per key: the oldest went";
+
+  cache.put("b", session(/*age_seconds=*/301));
+  cache.put("b", session(0, /*resumable=*/false));
+  EXPECT_EQ(cache.take("b"), nullptr) << "expired and unresumable are skipped";
+
+  SslSessionPtr first = session();
+  cache.put("key-0", std::move(first));
+  for (int i = 1; i <= 256; ++i) cache.put("key-" + std::to_string(i), session());
+  EXPECT_EQ(cache.take("key-0"), nullptr) << "256 keys: one made room";
+  EXPECT_NE(cache.take("key-256"), nullptr);
 }
 
 // A full handshake with a cached leaf (ECDHE + one ECDSA signature each way), including the
