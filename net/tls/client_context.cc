@@ -25,25 +25,21 @@ int session_slot_index() {
   return index;
 }
 
-// OpenSSL's new-session callback: 1 keeps the reference it hands over, 0 lets OpenSSL drop it.
+// OpenSSL's new-session callback: TLS 1.3 tickets only, each filed as a copy. The session OpenSSL
+// hands over is also the connection's own, which it marks not resumable when the SSL is freed
+// without a clean shutdown, as the relay's upstream connections always are; RFC 8446 ties a
+// ticket to nothing but its lifetime. A TLS 1.2 session is the connection's only one and that
+// mark guards it against truncation, so it is not kept. Returns 0: OpenSSL keeps its reference.
 int file_new_session(SSL* ssl, SSL_SESSION* session) {
   auto* slot = static_cast<SessionSlot*>(SSL_get_ex_data(ssl, session_slot_index()));
-  if (!slot || !SSL_SESSION_is_resumable(session)) return 0;
-  // A TLS 1.3 ticket is filed as a copy. The newest session is also the connection's own, which
-  // OpenSSL marks not resumable when the SSL is freed without a clean shutdown, as relayed
-  // connections often are; RFC 8446 ties a ticket to nothing but its lifetime, and a resumed
-  // connection gets only one. TLS 1.2 sessions keep OpenSSL's rule.
-  if (SSL_SESSION_get_protocol_version(session) == TLS1_3_VERSION) {
-    SslSessionPtr copy(SSL_SESSION_dup(session));
-    if (copy) slot->sessions->put(slot->key, std::move(copy));
+  if (!slot || SSL_SESSION_get_protocol_version(session) != TLS1_3_VERSION ||
+      !SSL_SESSION_is_resumable(session))
     return 0;
-  }
-  slot->sessions->put(slot->key, SslSessionPtr(session));
-  return 1;
+  if (SslSessionPtr copy(SSL_SESSION_dup(session)); copy)
+    slot->sessions->put(slot->key, std::move(copy));
+  return 0;
 }
 
-// Not resumable: OpenSSL's mark on a TLS 1.2 session whose connection was freed without a clean
-// shutdown (ssl_clear_bad_session; see file_new_session), or past its lifetime.
 bool usable(SSL_SESSION* session) {
   return SSL_SESSION_is_resumable(session) == 1 &&
          SSL_SESSION_get_time(session) + SSL_SESSION_get_timeout(session) > std::time(nullptr);

@@ -34,10 +34,10 @@ Result<void> configure_upstream_ssl(SSL* ssl, std::string_view host);
 
 // Upstream sessions to resume, by key (host, port, ALPN offer): a second connection to a host
 // resumes its session and skips decoding and verifying the certificate chain, the bulk of a
-// full handshake's client cost in OpenSSL 3.0. A session is offered once (RFC 8446 C.4: a
-// ticket reused links connections); each connection's server sends fresh ones. Not thread-safe:
-// the engine keeps one per sandbox, on the sandbox's strand, so no sandbox can learn from
-// resumption timing which hosts another one visited.
+// full handshake's client cost in OpenSSL 3.0. TLS 1.3 only. A session is offered once (RFC 8446
+// C.4: a ticket reused links connections); each connection's server sends fresh ones. Not
+// thread-safe: the engine keeps one per sandbox, on the sandbox's strand, so no sandbox can learn
+// from resumption timing which hosts another one visited.
 class UpstreamSessions {
  public:
   // A usable (resumable, not expired) session for `key`, taken out of the cache; null if none.
