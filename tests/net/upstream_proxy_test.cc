@@ -294,6 +294,10 @@ TEST_F(UpstreamProxyEngine, NameOnlyTheProxyResolvesIsTunnelledByName) {
   EXPECT_NE(log->reason.find("the proxy resolves it"), std::string::npos) << log->reason;
 }
 
+// The engine's own time for the connection, under its 1 s connect timeout: curl's wall time
+// also counts nsenter's and curl's start, about a second under qemu's emulation (6.1 VM).
+constexpr const char* kResetNotHang = "a reset before the connect timeout, not a hang";
+
 TEST_F(UpstreamProxyEngine, ProxyAnswering407FailsFastWith502OrResetAndTheLogNamesIt) {
   start_engine();
   proxy_->set_mode(ConnectProxy::Mode::kRefuse, 407);
@@ -312,10 +316,10 @@ TEST_F(UpstreamProxyEngine, ProxyAnswering407FailsFastWith502OrResetAndTheLogNam
   const auto tls =
       curl("https://other.test/", "other.test", kOther, {"--cacert", cas_.upstream_path});
   EXPECT_NE(tls.exit_code, 0);
-  EXPECT_LT(tls.elapsed.count(), 1000) << "a reset, not a hang";
   auto log =
       log_where([](const ConnectionLog& l) { return l.protocol == "tls" && l.proxy_failed; });
   ASSERT_TRUE(log);
+  EXPECT_LT(log->duration_ms, 1000) << kResetNotHang;
   EXPECT_NE(log->reason.find("answered 407"), std::string::npos) << log->reason;
   EXPECT_FALSE(any_log_holds_credentials());
 }
@@ -325,9 +329,9 @@ TEST_F(UpstreamProxyEngine, DeadProxyIsAFastReset) {
   const auto tls =
       curl("https://other.test/", "other.test", kOther, {"--cacert", cas_.upstream_path});
   EXPECT_NE(tls.exit_code, 0);
-  EXPECT_LT(tls.elapsed.count(), 1000) << "a reset, not a hang";
   auto log = log_where([](const ConnectionLog& l) { return l.proxy_failed; });
   ASSERT_TRUE(log);
+  EXPECT_LT(log->duration_ms, 1000) << kResetNotHang;
   EXPECT_NE(log->reason.find("connect to upstream proxy 198.51.100.9:3129"), std::string::npos)
       << log->reason;
 }
