@@ -456,9 +456,12 @@ void Relay::arm_idle_timer() {
   });
 }
 
-// The upstream's handshake first, offering h2 only if the sandbox did; the sandbox is then
-// offered only what the upstream chose, so both legs speak one protocol: h2 goes to the h2 relay,
-// HTTP/1.1 (or no ALPN) to the request loop below. No translation between the two.
+// Both legs must speak one protocol, so the sandbox is offered what the upstream chooses (h2
+// only if the sandbox offered it): h2 goes to the h2 relay, HTTP/1.1 (or no ALPN) to the request
+// loop below. No translation between the two. When that choice is known before the upstream's
+// handshake ends, both handshakes run at once: a sandbox that offers no h2 gets HTTP/1.1 whatever
+// the upstream says, and a resumed session names what the upstream chose last time. Nothing is
+// relayed before both have ended and agree.
 void Relay::terminate_tls() {
   upstream_tls_.emplace(upstream_, *sandbox_->upstream_tls);
   SSL* upstream = upstream_tls_->native_handle();
@@ -468,12 +471,11 @@ void Relay::terminate_tls() {
   if (auto configured = tls::configure_upstream_ssl(upstream, *log_.name); !configured) {
     return finish("upstream TLS: " + configured.error().message(), true);
   }
-  if (auto resumable = tls::resume_upstream_session(
-          upstream, sandbox_->upstream_sessions,
-          *log_.name + ":" + std::to_string(destination_.port) + " " + std::string(offer));
-      !resumable) {
-    return finish("upstream TLS: " + resumable.error().message(), true);
-  }
+  upstream_session_key_ =
+      *log_.name + ":" + std::to_string(destination_.port) + " " + std::string(offer);
+  auto last_alpn =
+      tls::resume_upstream_session(upstream, sandbox_->upstream_sessions, upstream_session_key_);
+  if (!last_alpn) return finish("upstream TLS: " + last_alpn.error().message(), true);
   // SSL_set_alpn_protos returns 0 on success, unlike the rest of the API.
   if (SSL_set_alpn_protos(upstream, reinterpret_cast<const unsigned char*>(offer.data()),
                           static_cast<unsigned>(offer.size())) != 0) {
@@ -487,26 +489,48 @@ void Relay::terminate_tls() {
         if (error) return self->finish("TLS handshake upstream: " + error.message(), true);
         if (SSL_session_reused(self->upstream_tls_->native_handle()) == 1)
           self->log_.reason += "; upstream session resumed";
-        const bool h2 = alpn_of(self->upstream_tls_->native_handle()) == "h2";
-        auto server = self->sandbox_->server_tls();
-        if (!server) return self->finish("TLS server: " + server.error().message(), true);
-        self->client_tls_.emplace(self->client_, **server);
-        const std::vector<std::string> offer{h2 ? "h2" : "http/1.1"};
-        if (auto offered = tls::offer_alpn(self->client_tls_->native_handle(), offer); !offered)
-          return self->finish("TLS with the sandbox: " + offered.error().message(), true);
-        // The ClientHello already read is the handshake's first bytes.
-        self->client_tls_->async_handshake(
-            asio::ssl::stream_base::server, asio::buffer(self->up_.buffer.get(), self->peeked_),
-            [self, h2](const boost::system::error_code& error, size_t) {
-              if (self->phase_ != Phase::kSplicing) return;
-              if (error)
-                return self->finish("TLS handshake with the sandbox: " + error.message(), true);
-              self->up_.bytes += self->peeked_;
-              self->peeked_ = 0;
-              if (h2) return self->relay_h2();
-              self->start_exchange();
-            });
+        self->upstream_h2_ = alpn_of(self->upstream_tls_->native_handle()) == "h2";
+        if (!self->client_tls_) return self->handshake_with_sandbox(*self->upstream_h2_);
+        self->after_handshake();
       });
+  if (!offers_h2_) return handshake_with_sandbox(false);
+  if (*last_alpn) handshake_with_sandbox(**last_alpn == "h2");
+}
+
+void Relay::handshake_with_sandbox(bool h2) {
+  auto server = sandbox_->server_tls();
+  if (!server) return finish("TLS server: " + server.error().message(), true);
+  client_tls_.emplace(client_, **server);
+  const std::vector<std::string> offer{h2 ? "h2" : "http/1.1"};
+  if (auto offered = tls::offer_alpn(client_tls_->native_handle(), offer); !offered)
+    return finish("TLS with the sandbox: " + offered.error().message(), true);
+  if (!upstream_h2_) log_.reason += "; handshakes in parallel";
+  // The ClientHello already read is the handshake's first bytes.
+  client_tls_->async_handshake(
+      asio::ssl::stream_base::server, asio::buffer(up_.buffer.get(), peeked_),
+      [self = shared_from_this(), h2](const boost::system::error_code& error, size_t) {
+        if (self->phase_ != Phase::kSplicing) return;
+        if (error) return self->finish("TLS handshake with the sandbox: " + error.message(), true);
+        self->up_.bytes += self->peeked_;
+        self->peeked_ = 0;
+        self->sandbox_h2_ = h2;
+        self->after_handshake();
+      });
+}
+
+void Relay::after_handshake() {
+  if (!upstream_h2_ || !sandbox_h2_) return;  // the other handshake has not ended yet
+  if (*upstream_h2_ != *sandbox_h2_) {
+    // The upstream chose otherwise than its last session did (a new server or configuration):
+    // the sandbox was already promised the other protocol. The host's other sessions say the
+    // same and go too, so the next connection waits for the upstream's choice.
+    sandbox_->upstream_sessions->forget(upstream_session_key_);
+    return finish(std::string("the upstream chose ") + (*upstream_h2_ ? "h2" : "HTTP/1.1") +
+                      ", not the protocol its last session had",
+                  true);
+  }
+  if (*sandbox_h2_) return relay_h2();
+  start_exchange();
 }
 
 void Relay::relay_h2() {

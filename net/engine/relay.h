@@ -70,7 +70,9 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   void arm_idle_timer();
   // Terminated connections (net/inject.h): the handshakes, then the HTTP/1.1 exchange.
   void terminate_tls();
-  void relay_h2();  // both legs chose h2: net/engine/h2_relay.h takes over the TLS streams
+  void handshake_with_sandbox(bool h2);
+  void after_handshake();  // each handshake's end: once both have ended, the relay starts
+  void relay_h2();         // both legs chose h2: net/engine/h2_relay.h takes over the TLS streams
   // The HTTP/1.1 exchange (net/engine/http1_exchange.cc), on the plain socket or on terminated
   // TLS alike: each request head read whole and checked, its body forwarded by its framing.
   void start_exchange();
@@ -116,6 +118,9 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
   bool offers_h2_ = false;  // the sandbox's ClientHello offers ALPN h2
   std::optional<TlsStream> client_tls_, upstream_tls_;
+  // Each leg's handshake once ended: whether it chose h2.
+  std::optional<bool> upstream_h2_, sandbox_h2_;
+  std::string upstream_session_key_;  // host:port and ALPN offer (tls::UpstreamSessions)
   // The HTTP/1.1 exchange's state (net/engine/http1_exchange.cc).
   size_t pending_ = 0;    // bytes read from the sandbox into up_.buffer, not yet forwarded
   size_t head_left_ = 0;  // of them, the head's bytes that go out with the body's first bytes

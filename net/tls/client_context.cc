@@ -68,18 +68,22 @@ void UpstreamSessions::put(const std::string& key, SslSessionPtr session) {
   if (queue.size() > kMaxPerKey) queue.pop_front();
 }
 
-Result<void> resume_upstream_session(SSL* ssl, std::shared_ptr<UpstreamSessions> sessions,
-                                     std::string key) {
-  if (SslSessionPtr session = sessions->take(key);
-      session && SSL_set_session(ssl, session.get()) != 1) {
-    return openssl_error("SSL_set_session", key);
+Result<std::optional<std::string>> resume_upstream_session(
+    SSL* ssl, std::shared_ptr<UpstreamSessions> sessions, std::string key) {
+  std::optional<std::string> alpn;
+  if (SslSessionPtr session = sessions->take(key); session) {
+    if (SSL_set_session(ssl, session.get()) != 1) return openssl_error("SSL_set_session", key);
+    const unsigned char* protocol = nullptr;
+    size_t size = 0;
+    SSL_SESSION_get0_alpn_selected(session.get(), &protocol, &size);
+    alpn.emplace(size > 0 ? std::string(reinterpret_cast<const char*>(protocol), size) : "");
   }
   auto slot = std::make_unique<SessionSlot>(SessionSlot{std::move(sessions), std::move(key)});
   if (SSL_set_ex_data(ssl, session_slot_index(), slot.get()) != 1) {
     return openssl_error("SSL_set_ex_data", slot->key);
   }
   slot.release();  // the SSL's now: free_session_slot
-  return {};
+  return alpn;
 }
 
 Result<SslCtxPtr> make_upstream_context(const UpstreamOptions& options) {

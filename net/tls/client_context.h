@@ -43,6 +43,8 @@ class UpstreamSessions {
   // A usable (resumable, not expired) session for `key`, taken out of the cache; null if none.
   SslSessionPtr take(const std::string& key);
   void put(const std::string& key, SslSessionPtr session);
+  // Drops every session under `key`: its server no longer chooses as they say.
+  void forget(const std::string& key) { sessions_.erase(key); }
 
  private:
   static constexpr size_t kMaxKeys = 256;
@@ -52,7 +54,9 @@ class UpstreamSessions {
 
 // Offers `ssl` a session of `sessions` under `key`, and files there the sessions its server
 // issues (through a context from make_upstream_context). `sessions` is kept alive by `ssl`.
-Result<void> resume_upstream_session(SSL* ssl, std::shared_ptr<UpstreamSessions> sessions,
-                                     std::string key);
+// Returns the ALPN protocol the offered session had negotiated ("" for none), nullopt when no
+// session was offered: what the server will most likely choose again, though it may not.
+Result<std::optional<std::string>> resume_upstream_session(
+    SSL* ssl, std::shared_ptr<UpstreamSessions> sessions, std::string key);
 
 }  // namespace hutch::net::tls

@@ -58,6 +58,9 @@ inline UniqueFd listen_in(int netns, uint32_t ipv4, uint16_t port) {
   std::thread([&] {
     if (setns(netns, CLONE_NEWNET) != 0) return;
     UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    // A test may replace a server on the same port, whose connections linger in TIME_WAIT.
+    const int on = 1;
+    setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     sockaddr_in at{};
     at.sin_family = AF_INET;
     at.sin_port = htons(port);

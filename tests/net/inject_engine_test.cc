@@ -251,6 +251,89 @@ TEST_F(InjectEngine, NextConnectionsToATerminatedHostResumeTheUpstreamSession) {
   EXPECT_NE(reasons[1].find(resumed), std::string::npos) << reasons[1];
   EXPECT_NE(reasons[2].find(resumed), std::string::npos)
       << "a ticket of the second: " << reasons[2];
+  // curl offers HTTP/1.1 alone: the sandbox gets it whatever the upstream says, so its
+  // handshake never waits for the upstream's, resumed or not.
+  for (const std::string& reason : reasons)
+    EXPECT_NE(reason.find("; handshakes in parallel"), std::string::npos) << reason;
+}
+
+// A client offering h2 is offered what the upstream chose. The first connection waits for that
+// choice; the next ones take it from the resumed session and shake hands with both at once.
+TEST_F(InjectEngine, H2ClientsHandshakeInParallelOnceASessionNamesTheUpstreamsChoice) {
+  for (int i = 0; i < 3; ++i) {
+    const auto got =
+        curl({"https://h2.test/v1/n" + std::to_string(i)}, "h2.test", kH2, cas_.sandbox_path,
+             {"--http2", "-H", "Authorization: Bearer " + placeholder_, "-w", " %{http_version}"});
+    ASSERT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_EQ(got.out, "ok 2");
+  }
+  std::vector<std::string> reasons;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        std::lock_guard lock(mutex_);
+        std::vector<ConnectionLog> logs;
+        for (const ConnectionLog& log : logs_)
+          if (log.name == "h2.test") logs.push_back(log);
+        std::sort(logs.begin(), logs.end(),
+                  [](const auto& a, const auto& b) { return a.started < b.started; });
+        reasons.clear();
+        for (const ConnectionLog& log : logs) reasons.push_back(log.reason);
+        return reasons.size() == 3;
+      },
+      5s, "three connection logs"));
+  const std::string parallel = "; handshakes in parallel";
+  EXPECT_EQ(reasons[0].find(parallel), std::string::npos) << reasons[0];
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_NE(reasons[i].find("; upstream session resumed"), std::string::npos) << reasons[i];
+    EXPECT_NE(reasons[i].find(parallel), std::string::npos) << reasons[i];
+    EXPECT_NE(reasons[i].find("; h2"), std::string::npos) << reasons[i];
+  }
+  const auto requests = h2_->requests();
+  ASSERT_EQ(requests.size(), 3u);
+  for (const auto& request : requests)
+    EXPECT_EQ(request.field("authorization"), "Bearer " + std::string(kSecret));
+}
+
+// The upstream chooses otherwise than its last session did (here a server replaced by an
+// HTTP/1.1-only one): the sandbox, already promised h2, is reset before a byte is relayed, and
+// its next connection waits for the upstream's choice and works.
+TEST_F(InjectEngine, UpstreamChoosingAnotherProtocolThanItsSessionResetsThatConnectionOnly) {
+  auto get = [&] {
+    return curl(
+        {"https://h2.test/v1/chat"}, "h2.test", kH2, cas_.sandbox_path,
+        {"--http2", "-H", "Authorization: Bearer " + placeholder_, "-w", " %{http_version}"});
+  };
+  const auto first = get();
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, "ok 2");
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return log_where([](const ConnectionLog& log) { return log.name == "h2.test"; }); }, 5s,
+      "the first connection's log"));
+  h2_.reset();
+  auto http11 = tls_upstream(upstream_ns_.get(), kH2, *cas_.upstream);
+  ASSERT_TRUE(http11 && http11->ok()) << "an HTTP/1.1 server on h2.test's address";
+
+  const auto promised_h2 = get();
+  EXPECT_NE(promised_h2.exit_code, 0) << promised_h2.out;
+  std::optional<ConnectionLog> reset;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        reset = log_where([](const ConnectionLog& log) {
+          return log.reason.find("the upstream chose HTTP/1.1") != std::string::npos;
+        });
+        return reset.has_value();
+      },
+      5s, "the reset connection's log"));
+  EXPECT_NE(reset->reason.find("; handshakes in parallel"), std::string::npos) << reset->reason;
+  EXPECT_EQ(reset->bytes_down, 0u) << "nothing relayed to the sandbox: " << reset->reason;
+  EXPECT_TRUE(http11->heads().empty()) << "nothing relayed upstream";
+
+  const auto next = get();
+  ASSERT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_EQ(next.out, "ok 1.1");
+  const auto heads = http11->heads();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_NE(heads[0].find("Authorization: Bearer " + std::string(kSecret)), std::string::npos);
 }
 
 TEST_F(InjectEngine, SandboxCaServesTheRuleHostAndOnlyItsOwnCertVerifiesWithoutIt) {

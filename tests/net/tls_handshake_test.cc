@@ -266,9 +266,12 @@ TEST_F(TlsHandshake, UpstreamSessionsResumeEachNextConnectionUnderTheirKeyOnly) 
   ASSERT_TRUE(issuing) << issuing.error().message();
   auto context = client_context({.ca_file = ca_file_});
   auto sessions = std::make_shared<UpstreamSessions>();
+  std::vector<std::optional<std::string>> last_alpns;
   auto connect = [&](const std::string& key) {
     SslPtr ssl = client_for(context.get(), "upstream.test");
-    EXPECT_TRUE(resume_upstream_session(ssl.get(), sessions, key));
+    auto last_alpn = resume_upstream_session(ssl.get(), sessions, key);
+    EXPECT_TRUE(last_alpn);
+    last_alpns.push_back(last_alpn.value_or(std::nullopt));
     return handshake(issuing->get(), std::move(ssl));
   };
   std::vector<bool> resumed;
@@ -280,6 +283,8 @@ TEST_F(TlsHandshake, UpstreamSessionsResumeEachNextConnectionUnderTheirKeyOnly) 
     resumed.push_back(outcome.resumed);
   }
   EXPECT_EQ(resumed, (std::vector<bool>{false, true, true, true}));
+  // Each offered session names the protocol its connection chose (both sides prefer h2).
+  EXPECT_EQ(last_alpns, (std::vector<std::optional<std::string>>{std::nullopt, "h2", "h2", "h2"}));
   EXPECT_FALSE(connect("upstream.test:8443 h2").resumed) << "another port's key";
   // The engine's own server issues no tickets: nothing to resume.
   auto quiet = std::make_shared<UpstreamSessions>();
@@ -293,7 +298,7 @@ TEST_F(TlsHandshake, UpstreamSessionsResumeEachNextConnectionUnderTheirKeyOnly) 
 }
 
 // The cache alone: sessions taken once, newest first; at most 4 per key and 256 keys; a session
-// that is not resumable or has expired is never offered.
+// that is not resumable or has expired is never offered; a key's sessions forgotten at once.
 TEST(UpstreamSessionsCache, TakesEachOnceWithinItsBoundsAndSkipsUnusableOnes) {
   int serial = 0;
   auto session = [&](long age_seconds = 0, bool resumable = true) {
@@ -328,6 +333,13 @@ TEST(UpstreamSessionsCache, TakesEachOnceWithinItsBoundsAndSkipsUnusableOnes) {
   for (int i = 1; i <= 256; ++i) cache.put("key-" + std::to_string(i), session());
   EXPECT_EQ(cache.take("key-0"), nullptr) << "256 keys: one made room";
   EXPECT_NE(cache.take("key-256"), nullptr);
+
+  cache.put("c", session());
+  cache.put("c", session());
+  cache.put("d", session());
+  cache.forget("c");
+  EXPECT_EQ(cache.take("c"), nullptr) << "forget drops every session of the key";
+  EXPECT_NE(cache.take("d"), nullptr) << "and no other key's";
 }
 
 // A full handshake with a cached leaf (ECDHE + one ECDSA signature each way), including the
