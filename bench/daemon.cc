@@ -2,6 +2,7 @@
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
 //          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--delete-wait]
+//          [--wait-made-ahead]
 //          [--snapshot-mib N,N,...] [--background-only]
 //
 // Prints p50/p95 (ms) of:
@@ -17,10 +18,12 @@
 // until the pool is full again, so each create is served from it. --lifecycle-only: skip the
 // exec and throughput parts. --create-body: the body of every create (default {}), e.g.
 // {"recipe":"NAME"}. --delete-wait: each DELETE waits for the teardown (?wait=true), so the
-// next create does not share the machine with it. --snapshot-mib: instead of all that, snapshot
-// capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files), then is
-// snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of the
-// client's round trip. --background-only: only the background start figures (for an A/B of two
+// next create does not share the machine with it. --wait-made-ahead: before each lifecycle run
+// (untimed) the bench waits until hutchd's network namespaces and CAs made ahead are all ready
+// again (/metrics), as --warm-pool does for the warm pool. --snapshot-mib: instead of all that,
+// snapshot capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files),
+// then is snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of
+// the client's round trip. --background-only: only the background start figures (for an A/B of two
 // hutchd builds). bench/daemon.sh starts hutchd and the peers and runs this.
 
 #include <httplib.h>
@@ -129,6 +132,32 @@ void wait_for_full_pools(httplib::Client& c) {
   die("the warm pool did not refill in 10 s");
 }
 
+// The value of a gauge line `name value` in /metrics' text, -1 without one.
+long gauge(const std::string& metrics, const std::string& name) {
+  const size_t at = metrics.find("\n" + name + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtol(metrics.c_str() + at + 1 + name.size() + 1, nullptr, 10);
+}
+
+// Waits until hutchd's network namespaces and CAs made ahead are all ready (their refill is not
+// part of a create's latency either).
+void wait_for_made_ahead(httplib::Client& c) {
+  for (int i = 0; i < 2000; ++i) {
+    auto r = c.Get("/metrics");
+    if (!r || r->status != 200) die("GET /metrics failed");
+    bool full = true;
+    for (const char* what : {"hutch_net_netns_ahead", "hutch_net_ca_ahead"}) {
+      const std::string prefix = std::string(what) + "{state=";
+      const long ready = gauge(r->body, prefix + "\"ready\"}");
+      if (ready < 0) die(std::string("/metrics has no ") + what);
+      if (ready != gauge(r->body, prefix + "\"wanted\"}")) full = false;
+    }
+    if (full) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  die("the namespaces and CAs made ahead were not ready again in 10 s");
+}
+
 void print_row(const std::string& name, const Figures& f) {
   std::printf("  %-24s p50 %8.3f ms   p95 %8.3f ms\n", name.c_str(), f.p50, f.p95);
 }
@@ -211,6 +240,7 @@ int main(int argc, char** argv) {
   std::vector<Peer> peers;
   bool warm_pool = false;
   bool lifecycle_only = false;
+  bool wait_made_ahead = false;
   bool background_only = false;
   std::vector<int> snapshot_mib;
   for (int i = 1; i < argc; ++i) {
@@ -235,6 +265,8 @@ int main(int argc, char** argv) {
       background_only = true;
     } else if (arg == "--lifecycle-only") {
       lifecycle_only = true;
+    } else if (arg == "--wait-made-ahead") {
+      wait_made_ahead = true;
     } else if (arg == "--create-body") {
       create_body = value();
     } else if (arg == "--delete-wait") {
@@ -276,6 +308,7 @@ int main(int argc, char** argv) {
   const int lifecycle_runs = std::max(10, runs / 4);
   for (int i = 0; i < lifecycle_runs; ++i) {
     if (warm_pool) wait_for_full_pools(c);
+    if (wait_made_ahead) wait_for_made_ahead(c);
     auto start = Clock::now();
     std::string id = create_sandbox(c);
     create_only.push_back(ms_since(start));
@@ -284,7 +317,9 @@ int main(int argc, char** argv) {
     delete_sandbox(c, id);
     lifecycle.push_back(ms_since(start));
   }
-  const char* mode = warm_pool ? "from a warm pool" : "no warm pool";
+  const char* mode = warm_pool         ? "from a warm pool"
+                     : wait_made_ahead ? "no warm pool, namespaces and CAs made ahead all ready"
+                                       : "no warm pool";
   std::printf("hutchd create (%d runs, %s)\n", lifecycle_runs, mode);
   print_row("create", figures(create_only));
   print_row("create->first exec", figures(create_exec));

@@ -34,7 +34,13 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
           "creates (--net-ahead), ready and wanted.\n# TYPE hutch_net_netns_ahead gauge\n"
           "hutch_net_netns_ahead{state=\"ready\"} " +
           std::to_string(network->pool().ready()) + "\nhutch_net_netns_ahead{state=\"wanted\"} " +
-          std::to_string(network->pool().size()) + "\n";
+          std::to_string(network->pool().size()) +
+          "\n# HELP hutch_net_ca_ahead Sandbox CAs made ahead for filtered and open creates "
+          "(--net-ahead), ready and wanted.\n# TYPE hutch_net_ca_ahead gauge\n"
+          "hutch_net_ca_ahead{state=\"ready\"} " +
+          std::to_string(network->trust_pool().ready()) +
+          "\nhutch_net_ca_ahead{state=\"wanted\"} " + std::to_string(network->trust_pool().size()) +
+          "\n";
     }
     res.set_content(text, "text/plain; version=0.0.4");
   });

@@ -109,6 +109,13 @@ class NetworkService {
   // A namespace made ahead for a create with egress, or nullopt when none is ready. The create
   // hands its fd to the zygote, then passes it to attach().
   std::optional<PreparedEgress> take_prepared() { return pool_.take(); }
+  // Held by a create while it runs: neither pool refills meanwhile unless it is empty
+  // (made_ahead.h). A create of any network: a loopback one meets the same contention.
+  struct RefillHold {
+    EgressPool::Hold netns;
+    TrustPool::Hold trust;
+  };
+  [[nodiscard]] RefillHold hold_refills() { return {pool_.hold(), trust_pool_.hold()}; }
   const EgressPool& pool() const { return pool_; }
   const TrustPool& trust_pool() const { return trust_pool_; }
 

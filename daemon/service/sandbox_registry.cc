@@ -314,6 +314,9 @@ ServiceResult<std::shared_ptr<Sandbox>> SandboxRegistry::create(const SandboxCon
       return std::unexpected(known.error());
   }
   auto started = std::chrono::steady_clock::now();
+  // Nothing is made ahead while this create runs (made_ahead.h): it would run on its cores.
+  std::optional<service::NetworkService::RefillHold> refill_hold;
+  if (network_ != nullptr) refill_hold.emplace(network_->hold_refills());
   // A sandbox with volumes has its id before it exists: the attachments are reserved under it,
   // and released on every failed path below (the reservation's destructor).
   std::string reserved_id;

@@ -102,6 +102,9 @@ class TrustPool {
   // The trust of a new sandbox, in `<sandbox_dir>/ca`: one made ahead when ready, else made now.
   Result<SandboxTrust> provision(const std::string& sandbox_dir);
 
+  using Hold = MadeAhead<AheadTrust>::Hold;
+  [[nodiscard]] Hold hold() { return ahead_.hold(); }
+
   size_t size() const { return ahead_.size(); }
   size_t ready() const { return ahead_.ready(); }
 

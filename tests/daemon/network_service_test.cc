@@ -10,12 +10,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "daemon/metrics.h"
+#include "daemon/service/made_ahead.h"
 #include "daemon/service/sandbox_registry.h"
 #include "daemon/zygote.h"
 #include "runtime/cgroup/plan.h"
@@ -129,6 +132,57 @@ TEST(SandboxTrustTest, AKeptTrustDirLoadsBackTheSameCaAndPlaceholders) {
 // CAs made ahead: a previous hutchd's leftovers go, each one is handed out once (renamed into the
 // sandbox's dir, with the empty files made with it), and what the pool holds at its end goes
 // with it.
+// A create's hold puts the refill off (its cost would land on that create), except when nothing
+// is ready; the refill resumes once no hold is left and the pool's quiet time has passed.
+TEST(MadeAheadTest, AHoldPutsTheRefillOffUnlessNothingIsReady) {
+  std::atomic<int> made = 0;
+  MadeAhead<int> pool(
+      2, [&]() -> Result<int> { return ++made; }, "numbers ahead", 0ms);
+  ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "2 made ahead"));
+  // Time for a wrong refill to happen, where none may.
+  auto stays = [&](size_t ready, int count) {
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(pool.ready(), ready);
+    EXPECT_EQ(made.load(), count);
+  };
+  {
+    auto hold = pool.hold();
+    {
+      auto second = pool.hold();
+      EXPECT_EQ(pool.take(), 1);
+      stays(1, 2);
+    }
+    stays(1, 2);  // one hold is left
+    EXPECT_EQ(pool.take(), 2);
+    // Nothing ready: the refill makes one despite the hold, and only one.
+    ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 1; }, 10s, "one made held"));
+    stays(1, 3);
+  }
+  ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "the refill"));
+  EXPECT_EQ(made.load(), 4);
+  EXPECT_EQ(pool.take(), 3);
+  EXPECT_EQ(pool.take(), 4);
+}
+
+// After the last hold the refill waits for the pool's quiet time: a create's reply and the
+// client's next requests go first.
+TEST(MadeAheadTest, TheRefillWaitsForQuietAfterTheLastHold) {
+  std::atomic<int> made = 0;
+  MadeAhead<int> pool(
+      2, [&]() -> Result<int> { return ++made; }, "numbers ahead", 400ms);
+  ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "2 made ahead"));
+  const auto released = std::chrono::steady_clock::now();
+  {
+    auto hold = pool.hold();
+    EXPECT_EQ(pool.take(), 1);
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(made.load(), 2) << "refilled within the quiet time";
+  ASSERT_TRUE(testing::wait_until([&] { return pool.ready() == 2; }, 10s, "the refill"));
+  EXPECT_GE(std::chrono::steady_clock::now() - released, 400ms);
+  EXPECT_EQ(made.load(), 3);
+}
+
 TEST(SandboxTrustTest, APoolHandsOutEachCaOnceAndLeavesNothing) {
   HUTCH_REQUIRE(::access(net::tls::kHostRootsPath.data(), R_OK) == 0,
                 "needs the host's CA bundle (ca-certificates)");
