@@ -95,6 +95,20 @@ std::optional<std::string> placeholder_in(std::span<const InjectRule> rules,
                                           const PlaceholderKey& key,
                                           std::span<const uint8_t> bytes);
 
+// Finds placeholders in a stream seen a piece at a time (a request body): the last bytes of the
+// pieces fed so far are kept, so that a placeholder split across two pieces is found as well.
+// Literal bytes only, as above: one split by chunked framing or encoded is not found.
+class PlaceholderStream {
+ public:
+  // The secret whose placeholder `piece` holds or completes, if any, among those `rules` name
+  // (in target hutch_net_placeholder). Cheap without one: a search for the common prefix.
+  std::optional<std::string> feed(std::span<const InjectRule> rules, const PlaceholderKey& key,
+                                  std::span<const uint8_t> piece);
+
+ private:
+  std::string tail_;  // the last bytes fed, fewer than the longest placeholder
+};
+
 // Replaces each named header of a complete HTTP/1.1 request head (through the empty line, as
 // parse_http_head accepted it): every existing field of that name is removed and one field is
 // added before the empty line. Errors never include a value: a value with CR, LF or NUL (header

@@ -4,6 +4,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <set>
 #include <string_view>
 
@@ -47,6 +48,35 @@ std::optional<std::string> placeholder_in(std::span<const InjectRule> rules,
   auto hits = scanner.scan(bytes);
   if (hits.empty()) return std::nullopt;
   return hits.front().secret;
+}
+
+std::optional<std::string> PlaceholderStream::feed(std::span<const InjectRule> rules,
+                                                   const PlaceholderKey& key,
+                                                   std::span<const uint8_t> piece) {
+  size_t longest = 0;
+  for (const InjectRule& rule : rules) {
+    for (const InjectHeader& header : rule.headers) {
+      longest = std::max(longest, kPlaceholderPrefix.size() + header.secret.size() + 1 + 32);
+    }
+  }
+  if (longest == 0) return std::nullopt;
+  const std::string_view text(reinterpret_cast<const char*>(piece.data()), piece.size());
+  // Where the kept bytes meet the piece: enough of the piece to complete one begun in the tail.
+  if (!tail_.empty()) {
+    std::string seam = tail_;
+    seam.append(text.substr(0, longest - 1));
+    if (auto secret = placeholder_in(rules, key,
+                                     {reinterpret_cast<const uint8_t*>(seam.data()), seam.size()}))
+      return secret;
+  }
+  if (auto secret = placeholder_in(rules, key, piece)) return secret;
+  if (text.size() >= longest - 1) {
+    tail_.assign(text.substr(text.size() - (longest - 1)));
+  } else {
+    tail_.append(text);
+    if (tail_.size() > longest - 1) tail_.erase(0, tail_.size() - (longest - 1));
+  }
+  return std::nullopt;
 }
 
 }  // namespace hutch::net

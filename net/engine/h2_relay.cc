@@ -108,6 +108,7 @@ struct Stream {
   Fields fields;     // the header block being received, on either side
   size_t field_bytes = 0;
   Body request, response;
+  PlaceholderStream request_placeholders;  // in the request body
   bool refused = false;    // answered (or reset) by the relay: nothing more goes upstream
   bool responded = false;  // final response headers submitted to the sandbox
   bool down_closed = false;
@@ -612,6 +613,16 @@ class H2Relay final : public std::enable_shared_from_this<H2Relay> {
     auto stream = self.sandbox_stream(id);
     if (!stream || stream->refused || stream->up_closed) {
       nghttp2_session_consume(session, id, size);
+      return 0;
+    }
+    // As on HTTP/1.1 (http1_exchange.cc): a placeholder in a body is refused, on this stream
+    // alone: a 403 if its response has not begun.
+    if (auto secret =
+            stream->request_placeholders.feed(self.sandbox_->current_policy()->inject,
+                                              self.sandbox_->placeholder_key, {bytes, size})) {
+      nghttp2_session_consume(session, id, size);
+      self.refuse(*stream, "the placeholder of secret " + *secret +
+                               " in a request body: secrets are injected into headers only");
       return 0;
     }
     stream->request.bytes.append(reinterpret_cast<const char*>(bytes), size);

@@ -27,6 +27,11 @@ bool tls_ended(const boost::system::error_code& error) {
   return error == asio::error::eof || error == asio::ssl::error::stream_truncated;
 }
 
+std::string placeholder_in_body(const std::string& secret) {
+  return "the placeholder of secret " + secret +
+         " in a request body: secrets are injected into headers only";
+}
+
 }  // namespace
 
 // Asio's operations are templates on the stream: one generic call site for both paths.
@@ -118,9 +123,28 @@ void Relay::on_request_head(const HttpHead& parsed) {
     if (rewritten) OPENSSL_cleanse(rewritten->data(), rewritten->size());
     return refuse_request("name", std::move(*disagrees));
   }
+  // The body's first bytes, when they came with the head: a placeholder there is answered with a
+  // 403 before the head goes. forward_body checks the body as it goes, the head gone by then.
+  if (sandbox_->ca && framing->kind != BodyFraming::Kind::kNone) {
+    uint64_t first = pending_ - parsed.head_size;
+    if (framing->kind == BodyFraming::Kind::kLength) first = std::min(first, framing->length);
+    if (framing->kind == BodyFraming::Kind::kChunked) {
+      // Trailers are forward_body's to check, and to name as such.
+      const ChunkedBody::Scan scan =
+          ChunkedBody().scan(std::span<const uint8_t>(up_.buffer.get() + parsed.head_size, first));
+      if (scan.trailers_size > 0) first = scan.trailers_at;
+    }
+    if (auto secret =
+            placeholder_in(policy->inject, sandbox_->placeholder_key,
+                           std::span<const uint8_t>(up_.buffer.get() + parsed.head_size, first))) {
+      if (rewritten) OPENSSL_cleanse(rewritten->data(), rewritten->size());
+      return refuse_request("inject", placeholder_in_body(*secret));
+    }
+  }
   framing_ = *framing;
   body_left_ = framing_.length;
   chunked_ = ChunkedBody();
+  body_placeholders_ = PlaceholderStream();
   ++requests_;
   // Set before the head goes out: the response may be read before the write's completion runs.
   awaiting_101_ = wants_upgrade(head);
@@ -193,6 +217,13 @@ void Relay::forward_body() {
       complete = scan.done;
       break;
     }
+  }
+  // A placeholder in a body goes nowhere: secrets are set in headers only, so an API that takes
+  // its key in the body would get the placeholder; the request is cut before those bytes go.
+  if (n > 0 && sandbox_->ca) {
+    if (auto secret = body_placeholders_.feed(sandbox_->current_policy()->inject,
+                                              sandbox_->placeholder_key, body.first(n)))
+      return refuse_mid_request("inject", placeholder_in_body(*secret));
   }
   const size_t out = head_left_ + n;
   if (out == 0 && complete) return after_request();

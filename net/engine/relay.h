@@ -20,6 +20,7 @@
 #include "net/engine/sandbox.h"
 #include "net/http1_framing.h"
 #include "net/http_head.h"
+#include "net/inject.h"
 #include "net/policy.h"
 
 namespace hutch::net {
@@ -127,7 +128,8 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   BodyFraming framing_;
   uint64_t body_left_ = 0;  // kLength: bytes of the current request's body still to forward
   ChunkedBody chunked_;
-  uint64_t requests_ = 0;  // request heads forwarded upstream
+  PlaceholderStream body_placeholders_;  // the current request body's
+  uint64_t requests_ = 0;                // request heads forwarded upstream
   bool down_writing_ = false;
   // An upgrade request was forwarded: the response's head is held in upgrade_response_ until
   // its status says whether the connection switches protocols (101: spliced both ways).

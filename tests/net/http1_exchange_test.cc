@@ -636,6 +636,42 @@ TEST_F(Http1Exchange, PlaceholderInAChunkedTrailerIsRefusedAndNeverGoesUp) {
   EXPECT_NE(log->reason.find("trailers"), std::string::npos) << log->reason;
 }
 
+// A placeholder in a body, split across two reads of the engine (the first half upstream
+// already, with the head): the request is cut before the second half goes, with either framing.
+TEST_F(Http1Exchange, PlaceholderSplitAcrossBodyReadsIsCutBeforeItIsWholeUpstream) {
+  const size_t half = placeholder_.size() / 2;
+  const std::string second = placeholder_.substr(half) + "\"}";
+  for (const bool chunked : {false, true}) {
+    SCOPED_TRACE(chunked ? "chunked" : "Content-Length");
+    // Each framing's own first half: the wait below sees this connection's bytes.
+    const std::string first = std::string("{\"pad\":\"") + (chunked ? "chunked" : "length") +
+                              "\",\"key\":\"" + placeholder_.substr(0, half);
+    const std::string length = std::to_string(first.size() + second.size());
+    const std::string head =
+        "POST /v1/upload HTTP/1.1\r\nHost: api.test\r\n" +
+        (chunked ? std::string("Transfer-Encoding: chunked\r\n\r\n") + "1000\r\n"
+                 : "Content-Length: " + length + "\r\n\r\n");
+    bool reset = false;
+    const std::string answer = tls([&](Stream& stream) {
+      stream.write(head + first);
+      // Upstream before the rest is written: the engine has read and sent it on its own.
+      EXPECT_TRUE(testing::wait_until(
+          [&] { return api_tls_->raw().find(first) != std::string::npos; }, 5s, "the first half"));
+      stream.write(second);
+      return stream.read_to_end(&reset);
+    });
+    EXPECT_EQ(answer.find("200 OK"), std::string::npos) << answer;
+    EXPECT_TRUE(api_tls_->requests().empty()) << "no request completed upstream";
+    EXPECT_EQ(api_tls_->raw().find(placeholder_), std::string::npos);
+    auto log = log_where([](const ConnectionLog& l) { return l.rule == "inject"; });
+    ASSERT_TRUE(log);
+    EXPECT_FALSE(log->allowed);
+    EXPECT_NE(log->reason.find("the placeholder of secret OPENAI_API_KEY in a request body"),
+              std::string::npos)
+        << log->reason;
+  }
+}
+
 TEST_F(Http1Exchange, HostileFramingIsRefusedWithoutAHang) {
   const std::string chunked =
       "POST /up HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n";

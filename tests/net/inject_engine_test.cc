@@ -376,6 +376,67 @@ TEST_F(InjectEngine, PlaceholderWhereNoRulePutsItIsRefusedWith403AndLogged) {
   EXPECT_FALSE(any_log_holds_secret());
 }
 
+// Secrets are set in headers only: an API that takes its key in the body would get the
+// placeholder, so the sandbox gets the reason instead, a 403 before anything goes upstream when
+// the placeholder came with the head (curl sends a small body with it).
+TEST_F(InjectEngine, PlaceholderInARequestBodyIsRefusedWith403BeforeTheHeadGoesUpstream) {
+  // Outside the rule (the head as it came), and covered by it (the head rewritten).
+  for (const std::string path : {"/admin", "/v1/chat"}) {
+    std::vector<std::string> options = {"-H",
+                                        "Content-Type: application/json",
+                                        "--data-binary",
+                                        "{\"api_key\":\"" + placeholder_ + "\"}",
+                                        "-w",
+                                        "%{http_code}"};
+    if (path == "/v1/chat") {
+      options.push_back("-H");
+      options.push_back("Authorization: Bearer " + placeholder_);
+    }
+    const auto got =
+        curl({"https://api.test" + path}, "api.test", kApi, cas_.sandbox_path, options);
+    ASSERT_EQ(got.exit_code, 0) << path << ": " << got.err;
+    ASSERT_TRUE(got.out.ends_with("403")) << path << ": " << got.out;
+    auto body = nlohmann::json::parse(got.out.substr(0, got.out.size() - 3), nullptr, false);
+    ASSERT_TRUE(body.is_object()) << got.out;
+    EXPECT_EQ(body["rule"], "inject");
+    EXPECT_NE(body["reason"].get<std::string>().find(
+                  "the placeholder of secret OPENAI_API_KEY in a request body"),
+              std::string::npos)
+        << path << ": " << got.out;
+  }
+  EXPECT_TRUE(api_->heads().empty()) << "nothing reached the upstream";
+  auto log = log_where([](const ConnectionLog& l) {
+    return l.rule == "inject" && !l.allowed && l.reason.find("in a request body") != l.reason.npos;
+  });
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->reason.find(placeholder_), std::string::npos);
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+// Deep in a large body the head and the first bytes are upstream already: the request is cut
+// (both legs reset) before the bytes holding the placeholder go, and the reason is logged.
+TEST_F(InjectEngine, PlaceholderDeepInALargeBodyCutsTheRequestBeforeItGoes) {
+  const std::string path = dir_.path() + "/body.json";
+  std::ofstream(path) << "{\"pad\":\"" << std::string(1 << 20, 'a') << "\",\"api_key\":\""
+                      << placeholder_ << "\"}";
+  const auto got =
+      curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.sandbox_path,
+           {"-H", "Authorization: Bearer " + placeholder_, "--data-binary", "@" + path});
+  EXPECT_NE(got.exit_code, 0) << got.out;
+  EXPECT_EQ(got.out.find("ok"), std::string::npos) << "the upstream answered: " << got.out;
+  std::optional<ConnectionLog> log;
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        log = log_where([](const ConnectionLog& l) { return l.rule == "inject" && !l.allowed; });
+        return log.has_value();
+      },
+      5s, "the refusal's log"));
+  EXPECT_NE(log->reason.find("the placeholder of secret OPENAI_API_KEY in a request body"),
+            std::string::npos)
+      << log->reason;
+  EXPECT_GT(log->bytes_up, 1u << 20) << "read up to the placeholder";
+}
+
 TEST_F(InjectEngine, PlaceholderInAnotherHeaderOfACoveredRequestIsRefused) {
   const auto got = curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.sandbox_path,
                         {"-H", "X-Forward: " + placeholder_});
@@ -485,6 +546,24 @@ TEST_F(InjectEngine, H2PlaceholderInAnotherHeaderIsRefusedWith403NamingTheSecret
   ASSERT_TRUE(log);
   EXPECT_NE(log->reason.find("sent to h2.test GET where no inject rule"), std::string::npos)
       << log->reason;
+  EXPECT_EQ(log->reason.find(placeholder_), std::string::npos);
+  EXPECT_FALSE(any_log_holds_secret());
+}
+
+TEST_F(InjectEngine, H2PlaceholderInARequestBodyIsRefusedOnItsStream) {
+  const auto got = curl({"https://h2.test/v1/echo"}, "h2.test", kH2, cas_.sandbox_path,
+                        {"--http2", "-H", "Authorization: Bearer " + placeholder_, "--data-binary",
+                         "{\"api_key\":\"" + placeholder_ + "\"}", "-w", "%{http_code}"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  ASSERT_TRUE(got.out.ends_with("403")) << got.out;
+  auto body = nlohmann::json::parse(got.out.substr(0, got.out.size() - 3), nullptr, false);
+  ASSERT_TRUE(body.is_object()) << got.out;
+  EXPECT_EQ(body["rule"], "inject");
+  EXPECT_NE(body["reason"].get<std::string>().find("in a request body"), std::string::npos);
+  for (const auto& request : h2_->requests())
+    EXPECT_EQ(request.body_size, 0u) << "no body byte reached the upstream";
+  auto log = log_where([](const ConnectionLog& l) { return l.rule == "inject" && !l.allowed; });
+  ASSERT_TRUE(log);
   EXPECT_EQ(log->reason.find(placeholder_), std::string::npos);
   EXPECT_FALSE(any_log_holds_secret());
 }

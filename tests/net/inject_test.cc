@@ -177,6 +177,41 @@ TEST(Inject, ScannerFindsEveryKnownPlaceholder) {
   EXPECT_EQ(end_hits[0].offset, kMaxHttpHead - openai.size());
 }
 
+// A body seen a read at a time: a placeholder is found wherever the reads cut it, and only one
+// of the rules' secrets counts.
+TEST(Inject, StreamFindsAPlaceholderSplitAcrossPieces) {
+  auto key = new_placeholder_key();
+  ASSERT_TRUE(key);
+  const std::vector<InjectRule> rules = {openai_rule()};
+  const std::string placeholder = placeholder_for(*key, "OPENAI_API_KEY");
+  const std::string body = std::string(5000, 'a') + "{\"api_key\":\"" + placeholder + "\"}";
+  const size_t end = body.find(placeholder) + placeholder.size();
+  for (size_t cut = 4990; cut < body.size(); ++cut) {
+    for (size_t piece_size : {size_t{1}, size_t{7}, size_t{4096}}) {
+      PlaceholderStream stream;
+      std::optional<std::string> found =
+          stream.feed(rules, *key, bytes(std::string_view(body).substr(0, cut)));
+      if (cut >= end) {
+        EXPECT_EQ(found, "OPENAI_API_KEY") << "whole in the first piece, cut " << cut;
+        continue;
+      }
+      EXPECT_FALSE(found) << "found before it was whole, cut " << cut;
+      for (size_t at = cut; at < body.size() && !found; at += piece_size)
+        found = stream.feed(rules, *key, bytes(std::string_view(body).substr(at, piece_size)));
+      ASSERT_TRUE(found) << "cut " << cut << ", pieces of " << piece_size;
+      EXPECT_EQ(*found, "OPENAI_API_KEY");
+    }
+  }
+  // Another secret's placeholder, another sandbox's, a cut-off one, or no rules: nothing.
+  PlaceholderStream stream;
+  EXPECT_FALSE(stream.feed(rules, *key, bytes(placeholder_for(*key, "OTHER"))));
+  EXPECT_FALSE(
+      stream.feed(rules, *key, bytes(placeholder_for(PlaceholderKey{}, "OPENAI_API_KEY"))));
+  EXPECT_FALSE(stream.feed(rules, *key, bytes(placeholder.substr(0, placeholder.size() - 1))));
+  EXPECT_FALSE(stream.feed(rules, *key, bytes("x")));
+  EXPECT_FALSE(PlaceholderStream().feed({}, *key, bytes(placeholder)));
+}
+
 TEST(Inject, RewriteReplacesEveryFieldOfTheName) {
   const std::string head =
       "POST /v1/chat HTTP/1.1\r\nHost: api.openai.com\r\nauthorization: Bearer old\r\n"
