@@ -29,18 +29,19 @@ void add_lifecycle_routes(Routes& routes, DaemonContext& context) {
       (sandbox->state() == SandboxState::kPaused ? paused : running)++;
     std::string text = context.metrics.render(running, paused);
     if (const service::NetworkService* network = context.registry.network()) {
-      text +=
-          "# HELP hutch_net_netns_ahead Network namespaces made ahead for filtered and open "
-          "creates (--net-ahead), ready and wanted.\n# TYPE hutch_net_netns_ahead gauge\n"
-          "hutch_net_netns_ahead{state=\"ready\"} " +
-          std::to_string(network->pool().ready()) + "\nhutch_net_netns_ahead{state=\"wanted\"} " +
-          std::to_string(network->pool().size()) +
-          "\n# HELP hutch_net_ca_ahead Sandbox CAs made ahead for filtered and open creates "
-          "(--net-ahead), ready and wanted.\n# TYPE hutch_net_ca_ahead gauge\n"
-          "hutch_net_ca_ahead{state=\"ready\"} " +
-          std::to_string(network->trust_pool().ready()) +
-          "\nhutch_net_ca_ahead{state=\"wanted\"} " + std::to_string(network->trust_pool().size()) +
-          "\n";
+      // What is made ahead for filtered and open creates (--net-ahead): ready, and wanted.
+      auto ahead = [&text](const std::string& name, const std::string& what, size_t ready,
+                           size_t wanted) {
+        text += "# HELP " + name + " " + what +
+                " made ahead for filtered and open creates (--net-ahead), ready and wanted.\n"
+                "# TYPE " +
+                name + " gauge\n" + name + "{state=\"ready\"} " + std::to_string(ready) + "\n" +
+                name + "{state=\"wanted\"} " + std::to_string(wanted) + "\n";
+      };
+      ahead("hutch_net_netns_ahead", "Network namespaces", network->pool().ready(),
+            network->pool().size());
+      ahead("hutch_net_ca_ahead", "Sandbox CAs", network->trust_pool().ready(),
+            network->trust_pool().size());
     }
     res.set_content(text, "text/plain; version=0.0.4");
   });
