@@ -1,5 +1,5 @@
 // remove_stale_cgroups on the real kernel, as root: what a crashed run leaves under
-// `<mount>/hutch/` is killed and removed at the next start; live sandboxes and the caller's own
+// `<mount>/<parent>/` is killed and removed at the next start; live sandboxes and the caller's own
 // cgroup are left alone.
 #include "runtime/cgroup/stale.h"
 
@@ -42,6 +42,19 @@ pid_t sleeper() {
 
 class StaleCgroupTest : public CgroupHostTest {
  protected:
+  void TearDown() override {
+    for (const std::string& mount : mounts()) rmdir((mount + "/" + parent_).c_str());
+    CgroupHostTest::TearDown();
+  }
+
+  // The leftovers' parent, this process's own: sandboxes that other tests start meanwhile sweep
+  // <mount>/hutch, where a dead owner's leftover would be theirs to kill and remove.
+  const std::string parent_ = "hutch-stale-test-" + std::to_string(getpid());
+
+  Result<int> remove_stale(const std::function<bool(std::string_view id)>& is_live) {
+    return remove_stale_cgroups(layout_, is_live, parent_);
+  }
+
   // An id in hutch's format whose owner is gone: a reaped child of ours.
   std::string dead_owner_id() {
     pid_t pid = fork();
@@ -52,7 +65,7 @@ class StaleCgroupTest : public CgroupHostTest {
     return format_sandbox_cgroup_id(*owner);
   }
 
-  // What a crashed run leaves: `<mount>/hutch/<id>` in each hierarchy a sandbox uses.
+  // What a crashed run leaves: `<mount>/<parent>/<id>` in each hierarchy a sandbox uses.
   std::vector<std::string> make_leftover(const std::string& id) {
     std::vector<std::string> dirs;
     Result<CgroupPlan> plan =
@@ -60,7 +73,7 @@ class StaleCgroupTest : public CgroupHostTest {
     EXPECT_TRUE(plan);
     if (!plan) return dirs;
     for (const CgroupDirPlan& dir : plan->dirs) {
-      const std::string parent = dir.hierarchy.mount_point + "/hutch";
+      const std::string parent = dir.hierarchy.mount_point + "/" + parent_;
       mkdir(parent.c_str(), 0755);
       const std::string path = parent + "/" + id;
       EXPECT_EQ(mkdir(path.c_str(), 0755), 0) << path << ": " << strerror(errno);
@@ -89,12 +102,12 @@ TEST_F(StaleCgroupTest, LeftoversOfADeadOwnerAreKilledAndRemovedLiveOnesStay) {
     if (id != stale_id && id != live_id) return true;
     return cgroup_owner_alive(id);
   };
-  Result<int> none = remove_stale_cgroups(layout_, [](std::string_view) { return true; });
+  Result<int> none = remove_stale([](std::string_view) { return true; });
   ASSERT_TRUE(none) << none.error().message();
   EXPECT_EQ(*none, 0);
   for (const std::string& dir : stale_dirs) EXPECT_TRUE(exists(dir)) << dir;
 
-  Result<int> removed = remove_stale_cgroups(layout_, ours_judged);
+  Result<int> removed = remove_stale(ours_judged);
   ASSERT_TRUE(removed) << removed.error().message();
   EXPECT_EQ(*removed, 1);
   for (const std::string& dir : stale_dirs) EXPECT_FALSE(exists(dir)) << dir;
@@ -118,7 +131,7 @@ TEST_F(StaleCgroupTest, ALeftoverHoldingTheCallerIsSkipped) {
     for (const std::string& dir : dirs) {
       if (!place(getpid(), dir)) _exit(10);
     }
-    Result<int> removed = remove_stale_cgroups(layout_, only_ours_stale);
+    Result<int> removed = remove_stale(only_ours_stale);
     if (!removed) _exit(11);
     _exit(*removed == 0 && exists(dirs.front()) ? 0 : 12);
   }
@@ -127,7 +140,7 @@ TEST_F(StaleCgroupTest, ALeftoverHoldingTheCallerIsSkipped) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
       << "exit " << WEXITSTATUS(*status) << " (10: place, 11: error, 12: removed its own cgroup)";
   // With the caller gone, the leftover goes.
-  Result<int> removed = remove_stale_cgroups(layout_, only_ours_stale);
+  Result<int> removed = remove_stale(only_ours_stale);
   ASSERT_TRUE(removed) << removed.error().message();
   EXPECT_EQ(*removed, 1);
   for (const std::string& dir : dirs) EXPECT_FALSE(exists(dir)) << dir;
