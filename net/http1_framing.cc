@@ -58,6 +58,19 @@ void for_each_field(std::string_view head, Field&& field) {
   }
 }
 
+// Calls `token(element)` for each element of a comma-separated list (RFC 9110 5.6.1), trimmed;
+// empty elements are skipped.
+template <class Token>
+void for_each_element(std::string_view list, Token&& token) {
+  for (size_t start = 0; start <= list.size();) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string_view::npos) comma = list.size();
+    const std::string_view element = trim(list.substr(start, comma - start));
+    if (!element.empty()) token(element);
+    start = comma + 1;
+  }
+}
+
 // Skips a run of tchar at `at`; false if there was none.
 bool skip_token(std::string_view text, size_t& at) {
   const size_t start = at;
@@ -189,14 +202,45 @@ bool wants_upgrade(std::string_view head) {
   for_each_field(head, [&](std::string_view name, std::string_view value) {
     if (iequals(name, "upgrade") && !value.empty()) upgrade_field = true;
     if (!iequals(name, "connection")) return;
-    for (size_t start = 0; start <= value.size();) {
-      size_t comma = value.find(',', start);
-      if (comma == std::string_view::npos) comma = value.size();
-      if (iequals(trim(value.substr(start, comma - start)), "upgrade")) upgrade_option = true;
-      start = comma + 1;
-    }
+    for_each_element(value, [&](std::string_view option) {
+      if (iequals(option, "upgrade")) upgrade_option = true;
+    });
   });
   return upgrade_field && upgrade_option;
+}
+
+std::optional<std::string> only_websocket_upgrade(std::string_view head) {
+  const auto is_websocket = [](std::string_view protocol) {
+    return iequals(protocol.substr(0, protocol.find('/')), "websocket");
+  };
+  bool dropped = false;
+  for_each_field(head, [&](std::string_view name, std::string_view value) {
+    if (iequals(name, "http2-settings")) dropped = true;
+    if (!iequals(name, "upgrade")) return;
+    for_each_element(value, [&](std::string_view protocol) {
+      if (!is_websocket(protocol)) dropped = true;
+    });
+  });
+  if (!dropped) return std::nullopt;
+  std::string out;
+  out.reserve(head.size());
+  size_t start = 0;
+  for (size_t end; (end = head.find("\r\n", start)) != std::string_view::npos; start = end + 2) {
+    const std::string_view line = head.substr(start, end - start);
+    const size_t colon = start == 0 ? std::string_view::npos : line.find(':');
+    const std::string_view name = line.substr(0, colon == std::string_view::npos ? 0 : colon);
+    if (iequals(name, "http2-settings")) continue;
+    if (!iequals(name, "upgrade")) {
+      out.append(line).append("\r\n");
+      continue;
+    }
+    std::string kept;
+    for_each_element(line.substr(colon + 1), [&](std::string_view protocol) {
+      if (is_websocket(protocol)) kept.append(kept.empty() ? "" : ", ").append(protocol);
+    });
+    if (!kept.empty()) out.append(name).append(": ").append(kept).append("\r\n");
+  }
+  return out;
 }
 
 ChunkedBody::Scan ChunkedBody::scan(std::span<const uint8_t> bytes) {

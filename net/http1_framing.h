@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -37,6 +38,12 @@ Result<BodyFraming> request_framing(std::string_view head);
 // Whether the head asks to switch protocols (RFC 9110 7.8): an Upgrade field and "upgrade" among
 // the Connection field's options. The engine then looks at the response for a 101.
 bool wants_upgrade(std::string_view head);
+
+// The head with every Upgrade offer but WebSocket's taken out (a proxy may drop offers: RFC 9110
+// 7.8), and HTTP2-Settings with them; nullopt if it offers nothing else. What follows a 101 is
+// spliced unread: WebSocket's frames carry no host, but HTTP/2 after "Upgrade: h2c" names one
+// (:authority) on every stream, which nothing would compare with the connection's name.
+std::optional<std::string> only_websocket_upgrade(std::string_view head);
 
 // A chunked body read as it arrives: each call is given the bytes not yet taken, from where the
 // previous call stopped, and says how many of them are body (to forward as they are).

@@ -49,24 +49,45 @@ bool address_matches(const Rule& rule, const Address& address) {
 
 enum class Role : uint8_t { kAllow, kDeny };
 
-bool port_matches(const Rule& rule, Role role, uint16_t port) {
+bool web_port(uint16_t port) { return port == 80 || port == 443; }
+
+bool port_matches(const Rule& rule, Role role, uint16_t port, bool http_or_tls) {
   if (rule.port) return *rule.port == port;
-  return role == Role::kDeny || port == 80 || port == 443;
+  return role == Role::kDeny || (http_or_tls && web_port(port));
 }
 
 bool connection_matches(const Rule& rule, Role role, const std::optional<std::string>& name,
-                        const Address& address, uint16_t port) {
-  if (!port_matches(rule, role, port)) return false;
+                        const Address& address, uint16_t port, bool http_or_tls) {
+  if (!port_matches(rule, role, port, http_or_tls)) return false;
   return address_matches(rule, address) || (name && name_matches(rule, *name));
 }
 
 const Rule* first_match(const std::vector<Rule>& rules, Role role,
                         const std::optional<std::string>& name, const Address& address,
-                        uint16_t port) {
+                        uint16_t port, bool http_or_tls) {
   for (const Rule& rule : rules) {
-    if (connection_matches(rule, role, name, address, port)) return &rule;
+    if (connection_matches(rule, role, name, address, port, http_or_tls)) return &rule;
   }
   return nullptr;
+}
+
+// A portless allow that would have covered this connection had it been HTTP or TLS: the denial
+// says which rule to write instead.
+std::optional<std::string> port_to_name(const Rule* portless, std::string_view what,
+                                        uint16_t port) {
+  if (!portless) return std::nullopt;
+  return "no allow rule matches " + std::string(what) + ":" + std::to_string(port) +
+         " for TCP that is neither TLS nor HTTP/1.x: \"" + portless->to_string() +
+         "\" covers only those on ports 80 and 443; allow \"" + std::string(what) + ":" +
+         std::to_string(port) + "\" to open it";
+}
+
+std::optional<std::string> needs_its_port(const Policy& policy,
+                                          const std::optional<std::string>& name,
+                                          const Address& address, uint16_t port, bool http_or_tls) {
+  if (http_or_tls || !web_port(port)) return std::nullopt;
+  return port_to_name(first_match(policy.allow, Role::kAllow, name, address, port, true),
+                      name ? *name : address.to_string(), port);
 }
 
 Decision denied(std::string rule, std::string reason) {
@@ -241,18 +262,21 @@ Decision decide(const Policy& policy, const Floor& floor, const Connection& conn
   const Address& address = connection.address;
   const uint16_t port = connection.port;
   if (auto reason = floor.refuse(address, port)) return denied("floor", *reason);
-  if (const Rule* rule = first_match(policy.deny, Role::kDeny, name, address, port)) {
+  const bool web = connection.http_or_tls;
+  if (const Rule* rule = first_match(policy.deny, Role::kDeny, name, address, port, web)) {
     return denied(rule->to_string(), "denied by rule \"" + rule->to_string() + "\"");
   }
   if (auto range = floor.private_range(address)) {
     const Rule* by_address = nullptr;
     for (const Rule& rule : policy.allow) {
-      if (address_matches(rule, address) && port_matches(rule, Role::kAllow, port)) {
+      if (address_matches(rule, address) && port_matches(rule, Role::kAllow, port, web)) {
         by_address = &rule;
         break;
       }
     }
     if (!by_address) {
+      if (auto reason = needs_its_port(policy, std::nullopt, address, port, web))
+        return denied("default", *reason);
       return denied("floor", "floor: private range " + range->to_string() +
                                  " (only an allow by address or CIDR opens it)");
     }
@@ -260,9 +284,11 @@ Decision decide(const Policy& policy, const Floor& floor, const Connection& conn
   }
   if (policy.mode == Mode::kOpen)
     return allowed("mode open", "network mode open: public destination");
-  if (const Rule* rule = first_match(policy.allow, Role::kAllow, name, address, port)) {
+  if (const Rule* rule = first_match(policy.allow, Role::kAllow, name, address, port, web)) {
     return allowed(rule->to_string(), "allowed by rule \"" + rule->to_string() + "\"");
   }
+  if (auto reason = needs_its_port(policy, name, address, port, web))
+    return denied("default", *reason);
   return denied("default", "no allow rule matches " + (name ? *name : address.to_string()) + ":" +
                                std::to_string(port));
 }
@@ -286,20 +312,25 @@ Decision decide_name(const Policy& policy, std::string_view name) {
   return denied("default", "no allow rule names " + *normal);
 }
 
-Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port) {
+Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port,
+                           bool http_or_tls) {
   if (auto decision = decide_mode(policy.mode)) return *decision;
   auto normal = normalize_name(name);
   if (!normal) return denied("name", normal.error().detail);
   if (auto reason = Floor::refuse_name(*normal)) return denied("floor", *reason);
   for (const Rule& rule : policy.deny) {
-    if (name_matches(rule, *normal) && port_matches(rule, Role::kDeny, port)) {
+    if (name_matches(rule, *normal) && port_matches(rule, Role::kDeny, port, http_or_tls)) {
       return denied(rule.to_string(), "denied by rule \"" + rule.to_string() + "\"");
     }
   }
   for (const Rule& rule : policy.allow) {
-    if (name_matches(rule, *normal) && port_matches(rule, Role::kAllow, port)) {
+    if (name_matches(rule, *normal) && port_matches(rule, Role::kAllow, port, http_or_tls)) {
       return allowed(rule.to_string(), "allowed by rule \"" + rule.to_string() + "\"");
     }
+  }
+  for (const Rule& rule : policy.allow) {
+    if (!http_or_tls && web_port(port) && name_matches(rule, *normal) && !rule.port)
+      return denied("default", *port_to_name(&rule, *normal, port));
   }
   return denied("default", "no allow rule names " + *normal + ":" + std::to_string(port) +
                                " (a name the host cannot resolve needs a rule naming it)");

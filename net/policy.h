@@ -10,8 +10,9 @@
 //   "203.0.113.7", "2001:db8::1", "10.0.0.0/8", "fc00::/7"   addresses and prefixes
 //   any of those with a port: "github.com:22", "10.1.2.3:5432", "10.0.0.0/8:5432",
 //   "[2001:db8::1]:443", "[fc00::/7]:5432"
-// An allow without a port covers ports 80 and 443 only (HTTP and HTTPS), so non-HTTP TCP needs
-// its port named; a deny without a port covers every port.
+// An allow without a port covers ports 80 and 443 only, and there only what the engine saw to be
+// HTTP/1.x or TLS: other TCP (h2c by prior knowledge, a protocol tunnelled on port 443) needs its
+// port named. A deny without a port covers every port.
 #pragma once
 
 #include <cstdint>
@@ -113,6 +114,9 @@ struct Connection {
   std::optional<std::string> name;
   Address address;
   uint16_t port = 0;
+  // The first bytes were a TLS ClientHello or an HTTP/1.x request head: what a portless allow
+  // covers on ports 80 and 443.
+  bool http_or_tls = true;
 };
 
 // Mode, then the floor, then deny rules, then the private-range rule (a private address needs
@@ -126,8 +130,9 @@ Decision decide_name(const Policy& policy, std::string_view name);
 // A connection known only by its name, for a name the host cannot resolve that the upstream
 // proxy (net/upstream_proxy.h) is asked to reach by name: only rules naming it decide (deny, then
 // allow, each by name and port); mode open allows no such name, since no address can be checked
-// against the floor and the private ranges.
-Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port);
+// against the floor and the private ranges. http_or_tls as in Connection.
+Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t port,
+                           bool http_or_tls);
 
 // The DNS rebinding rule, for each address an upstream resolver gave for an allowed name: the
 // floor refuses it, a portless deny of its address refuses it, and a private address needs an

@@ -5,7 +5,8 @@
 // decided for. Then its body is forwarded by its framing (Content-Length, or chunked read
 // strictly, trailers checked), and the next head is read: pipelined requests are each checked.
 // Responses are relayed as they come, unparsed, except the one to an upgrade request (WebSocket):
-// its head is read for the status, and after a 101 both directions are spliced.
+// its head is read for the status, and after a 101 both directions are spliced. Upgrade offers
+// other than WebSocket's (h2c) are taken out of the head: after them nothing would be checked.
 #include <openssl/crypto.h>
 
 #include <boost/asio/write.hpp>
@@ -83,6 +84,11 @@ void Relay::on_request_head(const HttpHead& parsed) {
     return refuse_request("http", "CONNECT is not relayed: the tunnel's host is not checked");
   const std::shared_ptr<const Policy> policy = sandbox_->current_policy();
   std::shared_ptr<std::string> rewritten;
+  if (auto without = only_websocket_upgrade(head)) {
+    rewritten = std::make_shared<std::string>(std::move(*without));
+    constexpr std::string_view kDropped = "; an upgrade offer other than WebSocket's dropped";
+    if (log_.reason.find(kDropped) == std::string::npos) log_.reason += kDropped;
+  }
   if (client_tls_) {
     const std::vector<const InjectRule*> rules =
         rules_for(policy->inject, *log_.name, parsed.method, parsed.target);
@@ -91,7 +97,7 @@ void Relay::on_request_head(const HttpHead& parsed) {
       auto values =
           headers_to_set(rules, sandbox_->options.secrets ? sandbox_->options.secrets : none);
       if (!values) return refuse_request("inject", values.error().detail);
-      auto out = rewrite_head(head, *values);
+      auto out = rewrite_head(rewritten ? std::string_view(*rewritten) : head, *values);
       for (HeaderValue& value : *values) OPENSSL_cleanse(value.value.data(), value.value.size());
       if (!out) return refuse_request("inject", out.error().detail);
       rewritten = std::make_shared<std::string>(std::move(*out));
@@ -147,22 +153,24 @@ void Relay::on_request_head(const HttpHead& parsed) {
   body_placeholders_ = PlaceholderStream();
   ++requests_;
   // Set before the head goes out: the response may be read before the write's completion runs.
-  awaiting_101_ = wants_upgrade(head);
+  awaiting_101_ = wants_upgrade(rewritten ? std::string_view(*rewritten) : head);
   if (!rewritten) {
     head_left_ = parsed.head_size;
     return forward_body();
   }
   pending_ -= parsed.head_size;
   std::memmove(up_.buffer.get(), up_.buffer.get() + parsed.head_size, pending_);
-  asio::async_write(
-      *upstream_tls_, asio::buffer(*rewritten),
-      [self = shared_from_this(), rewritten](const boost::system::error_code& error, size_t) {
-        // The head may hold a secret's value: nothing of it outlives the write.
-        OPENSSL_cleanse(rewritten->data(), rewritten->size());
-        if (self->phase_ != Phase::kSplicing) return;
-        if (error) return self->finish("write upstream: " + error.message(), true);
-        self->forward_body();
-      });
+  on_upstream([this, rewritten](auto& stream) {
+    asio::async_write(
+        stream, asio::buffer(*rewritten),
+        [self = shared_from_this(), rewritten](const boost::system::error_code& error, size_t) {
+          // The head may hold a secret's value: nothing of it outlives the write.
+          OPENSSL_cleanse(rewritten->data(), rewritten->size());
+          if (self->phase_ != Phase::kSplicing) return;
+          if (error) return self->finish("write upstream: " + error.message(), true);
+          self->forward_body();
+        });
+  });
 }
 
 // The Host must name what the connection was decided for: the SNI on terminated TLS; on plain
@@ -273,7 +281,10 @@ void Relay::relay_down() {
         asio::buffer(down_.buffer.get(), kBufferSize),
         [self = shared_from_this()](const boost::system::error_code& error, size_t n) {
           if (self->phase_ != Phase::kSplicing) return;
-          if (error == asio::error::eof || (self->upstream_tls_ && tls_ended(error)))
+          // After a refusal the upstream got a FIN, bare even under TLS: an OpenSSL 3 server
+          // answers it with a decode_error alert. Whatever it ends with, the answer is due.
+          if (error == asio::error::eof || (self->upstream_tls_ && tls_ended(error)) ||
+              (error && self->refusal_))
             return self->upstream_ended();
           if (error) return self->finish("read upstream: " + error.message(), true);
           self->down_.bytes += n;

@@ -234,8 +234,8 @@ void Relay::decide() {
   if (host_name_) seen.push_back({"host", *host_name_});
   if (seen.empty()) {
     log_.address = dialled.to_string();
-    Decision decision =
-        net::decide(*policy, floor, Connection{std::nullopt, dialled, destination_.port});
+    Decision decision = net::decide(
+        *policy, floor, Connection{std::nullopt, dialled, destination_.port, http_or_tls()});
     if (!decision.allowed) return deny(std::move(decision));
     return dial(dialled, std::move(decision));
   }
@@ -280,7 +280,8 @@ void Relay::on_resolved(const std::string& name, Result<std::vector<Address>> ad
       refused = std::move(checked);
       continue;
     }
-    Decision decision = net::decide(*policy, floor, Connection{name, address, destination_.port});
+    Decision decision =
+        net::decide(*policy, floor, Connection{name, address, destination_.port, http_or_tls()});
     if (decision.allowed) return dial(address, std::move(decision));
     refused = std::move(decision);
   }

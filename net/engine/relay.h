@@ -109,6 +109,8 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   std::chrono::steady_clock::time_point last_activity_;
   std::chrono::steady_clock::time_point started_steady_;
   bool is_http_ = false;  // a whole request head was read: a denial is a 403
+  // What a portless allow covers on ports 80 and 443 (net/policy.h): a ClientHello or a head.
+  bool http_or_tls() const { return is_http_ || log_.protocol == "tls"; }
   std::optional<std::string> dns_name_, sni_, host_name_;
   std::optional<Address> host_address_;  // an IP-literal Host
   std::string http_host_;                // the Host as the 403 names it

@@ -22,7 +22,8 @@ bool Relay::dial_unresolved_via_proxy(const std::string& name) {
   const std::optional<UpstreamProxy>& proxy = sandbox_->options.upstream_proxy;
   if (!proxy || !dns_name_ || !proxy->tunnel_target(name, std::nullopt, destination_.port))
     return false;
-  Decision decision = decide_unresolved(*sandbox_->current_policy(), name, destination_.port);
+  Decision decision =
+      decide_unresolved(*sandbox_->current_policy(), name, destination_.port, http_or_tls());
   if (!decision.allowed) {
     deny(std::move(decision));
     return true;

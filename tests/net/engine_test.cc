@@ -686,6 +686,38 @@ TEST_F(EngineTest, ServerSpeaksFirstOnANamedPort) {
   EXPECT_TRUE(other.reset()) << other.seen();
 }
 
+// A portless allow covers HTTP/1.x and TLS on 80 and 443, nothing else: h2c by prior knowledge
+// (its :authority would go unread), a head behind a leading CRLF (servers skip it; the engine
+// would not read the Host), or another protocol on 443 need a rule naming the port.
+TEST_F(EngineTest, OtherTcpOnPort80Or443NeedsARuleNamingThePort) {
+  start_engine();
+  const Address api = fake("api.test");
+  const int accepted_80 = servers_[0]->accepted(), accepted_443 = servers_[2]->accepted();
+  const std::vector<std::pair<uint16_t, std::string>> attempts{
+      {80, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"},
+      {80, "\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n"},
+      {443, "SSH-2.0-OpenSSH_9.2\r\n"}};
+  for (const auto& [port, bytes] : attempts) {
+    const Exchange got = in_sandbox([&] { return exchange(api, port, bytes); });
+    EXPECT_TRUE(got.reset()) << port << ": " << got.seen();
+    EXPECT_EQ(got.data.find("hello"), std::string::npos) << got.data;
+  }
+  EXPECT_EQ(servers_[0]->accepted(), accepted_80) << "api.test:80 was never dialled";
+  EXPECT_EQ(servers_[2]->accepted(), accepted_443) << "api.test:443 was never dialled";
+  auto log = log_where([](const ConnectionLog& l) { return l.port == 443 && !l.allowed; });
+  ASSERT_TRUE(log);
+  EXPECT_EQ(log->protocol, "tcp");
+  EXPECT_EQ(log->rule, "default");
+  EXPECT_NE(log->reason.find("neither TLS nor HTTP/1.x"), std::string::npos) << log->reason;
+  EXPECT_NE(log->reason.find("allow \"api.test:443\""), std::string::npos) << log->reason;
+
+  Policy named = test_policy();
+  named.allow.push_back(*parse_rule("api.test:443"));
+  ASSERT_TRUE(engine_->set_policy("sb", named));
+  const Exchange echoed = in_sandbox([&] { return exchange(api, 443, "SSH-2.0-OpenSSH_9.2\r\n"); });
+  EXPECT_EQ(echoed.data, "SSH-2.0-OpenSSH_9.2\r\n") << "the port named: any TCP goes";
+}
+
 TEST_F(EngineTest, DenyWinsOverAWildcardAllow) {
   start_engine();
   const Address x = fake("x.wild.test");

@@ -324,6 +324,12 @@ class Upstream {
         std::lock_guard lock(mutex_);
         requests_.push_back(request);
       }
+      // An h2c offer accepted, as servers that speak h2c do: HTTP/2 would follow.
+      if (lower(field(*head, "Upgrade")) == "h2c") {
+        stream.write(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n");
+        return;
+      }
       if (lower(field(*head, "Upgrade")) == "websocket") {
         if (head->find(" /ws ") == std::string::npos) {
           stream.write("HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nno socket");
@@ -730,6 +736,24 @@ TEST_F(Http1Exchange, HostileFramingIsRefusedWithoutAHang) {
   EXPECT_TRUE(api_tls_->requests().empty());
 }
 
+// The refusal waits for the answers to the requests before it, and the upstream gets a FIN: under
+// TLS a bare one, which an OpenSSL 3 server answers with a decode_error alert. The sandbox still
+// gets its 403, not a reset.
+TEST_F(Http1Exchange, RefusalAfterEarlierRequestsOverTerminatedTlsIsAnsweredNotReset) {
+  const auto [first, refused] = tls([&](Stream& stream) {
+    stream.write(get("api.test", "/v1/first"));
+    auto first = stream.read_response().value_or("");
+    stream.write(get("other.test", "/v1/sneaky"));
+    return std::pair{first, stream.read_to_end()};
+  });
+  EXPECT_TRUE(first.ends_with("ok:0")) << first;
+  const nlohmann::json body = denial_body(refused);
+  ASSERT_TRUE(body.is_object()) << refused;
+  EXPECT_EQ(body["rule"], "name");
+  EXPECT_EQ(api_tls_->requests().size(), 1u);
+  EXPECT_EQ(api_tls_->raw().find("sneaky"), std::string::npos);
+}
+
 // A request, then an upgrade on the same connection; frames both ways, the upstream's first
 // frame sent in the same segment as its 101.
 template <class Open>
@@ -773,6 +797,50 @@ TEST_F(Http1Exchange, WebSocketUpgradeThroughPlainHttpExchangesFrames) {
 TEST_F(Http1Exchange, WebSocketUpgradeThroughTerminatedTlsExchangesFrames) {
   exchange_websocket_frames([&](auto&& body) { return tls(body); }, *api_tls_);
   EXPECT_NE(field(api_tls_->requests()[0].head, "Authorization").find(kSecret), std::string::npos);
+}
+
+// After an h2c upgrade, HTTP/2 would be spliced unread, its :authority never compared with the
+// connection's name: the offer is taken out, so the server answers in HTTP/1.1 and the next
+// request's Host is still checked.
+TEST_F(Http1Exchange, H2cUpgradeOfferIsTakenOutSoLaterRequestsAreStillChecked) {
+  const std::string offer =
+      "GET /v1/h2c HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+      "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
+  const auto upgrade_then_other_host = [&](Stream& stream) {
+    stream.write(offer);
+    auto answer = stream.read_response().value_or("");
+    stream.write(get("other.test", "/v1/sneaky"));
+    return std::pair{answer, stream.read_to_end()};
+  };
+  const auto [plain_answer, plain_refused] = plain(kApi, 80, upgrade_then_other_host);
+  const auto [tls_answer, tls_refused] = tls(upgrade_then_other_host);
+  for (const auto* upstream : {api_.get(), api_tls_.get()}) {
+    ASSERT_EQ(upstream->requests().size(), 1u);
+    const std::string head = upstream->requests()[0].head;
+    EXPECT_EQ(field(head, "Upgrade"), "") << head;
+    EXPECT_EQ(field(head, "HTTP2-Settings"), "") << head;
+  }
+  EXPECT_NE(field(api_tls_->requests()[0].head, "Authorization").find(kSecret), std::string::npos)
+      << "the inject rule still applies to the rewritten head";
+  for (const std::string& answer : {plain_answer, tls_answer})
+    EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 ")) << answer;
+  EXPECT_TRUE(plain_refused.starts_with("HTTP/1.1 403 ")) << plain_refused;
+  EXPECT_TRUE(tls_refused.starts_with("HTTP/1.1 403 ")) << tls_refused;
+  EXPECT_TRUE(other_->requests().empty());
+  auto log = log_where([](const ConnectionLog& l) { return l.port == 80 && !l.allowed; });
+  ASSERT_TRUE(log);
+  EXPECT_NE(log->reason.find("other.test"), std::string::npos) << log->reason;
+  // A connection that ends after the answer is logged allowed, with what was taken out.
+  const std::string answer = plain(kApi, 80, [&](Stream& stream) {
+    stream.write(offer);
+    return stream.read_response().value_or("");
+  });
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 ")) << answer;
+  auto allowed = log_where([](const ConnectionLog& l) { return l.port == 80 && l.allowed; });
+  ASSERT_TRUE(allowed);
+  EXPECT_NE(allowed->reason.find("an upgrade offer other than WebSocket's dropped"),
+            std::string::npos)
+      << allowed->reason;
 }
 
 TEST_F(Http1Exchange, DeclinedUpgradeGoesBackToCheckingRequests) {

@@ -59,6 +59,26 @@ TEST(RequestFraming, UpgradeNeedsTheFieldAndTheConnectionOption) {
   EXPECT_FALSE(wants_upgrade(head("Connection: upgraded\r\nUpgrade: websocket\r\n")));
 }
 
+TEST(RequestFraming, UpgradeOffersOtherThanWebSocketAreTakenOut) {
+  const std::string h2c = head(
+      "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQ\r\n"
+      "Accept: */*\r\n");
+  const auto without = only_websocket_upgrade(h2c);
+  ASSERT_TRUE(without);
+  EXPECT_EQ(*without, head("Connection: Upgrade, HTTP2-Settings\r\nAccept: */*\r\n"));
+  EXPECT_FALSE(wants_upgrade(*without));
+  // WebSocket stays, whatever else is offered beside it, in any case and with a version.
+  const auto mixed = only_websocket_upgrade(
+      head("Connection: upgrade\r\nUpgrade: H2C, WebSocket/13 ,foo/1\r\nupgrade: tls/1.2\r\n"));
+  ASSERT_TRUE(mixed);
+  EXPECT_EQ(*mixed, head("Connection: upgrade\r\nUpgrade: WebSocket/13\r\n"));
+  EXPECT_TRUE(wants_upgrade(*mixed));
+  EXPECT_FALSE(only_websocket_upgrade(head("Connection: Upgrade\r\nUpgrade: websocket\r\n")));
+  EXPECT_FALSE(only_websocket_upgrade(head("Accept: */*\r\n")));
+  // HTTP2-Settings alone is an h2c offer's remains: taken out too.
+  EXPECT_EQ(only_websocket_upgrade(head("HTTP2-Settings: AAMA\r\n")).value_or(""), head(""));
+}
+
 // The whole body at once, then byte by byte: the same body either way.
 void expect_body(const std::string& body, const std::string& after = "GET / HTTP/1.1") {
   {

@@ -193,6 +193,43 @@ TEST(DecideTest, PortlessAllowIsHttpAndHttpsOnly) {
   EXPECT_TRUE(connect(filtered({"1.1.1.1:853"}), std::nullopt, "1.1.1.1", 853).allowed);
 }
 
+// On 80 and 443 a portless allow covers what the engine saw to be HTTP/1.x or TLS only: h2c by
+// prior knowledge, an HTTP head after a leading CRLF or ssh tunnelled on 443 need the port named.
+TEST(DecideTest, PortlessAllowCoversOnlyHttpOrTlsOnItsPorts) {
+  const Policy policy = filtered({"github.com", "*.corp.test:443", "10.0.0.0/8"});
+  const auto other_tcp = [&](std::optional<std::string> name, std::string_view address,
+                             uint16_t port) {
+    return decide(policy, Floor{}, Connection{std::move(name), addr(address), port, false});
+  };
+  for (uint16_t port : {80, 443}) {
+    const Decision refused = other_tcp("github.com", "140.82.112.3", port);
+    EXPECT_FALSE(refused.allowed) << port;
+    EXPECT_EQ(refused.rule, "default");
+    const std::string spelt = "github.com:" + std::to_string(port);
+    EXPECT_NE(refused.reason.find("neither TLS nor HTTP/1.x"), std::string::npos) << refused.reason;
+    EXPECT_NE(refused.reason.find("allow \"" + spelt + "\""), std::string::npos) << refused.reason;
+    EXPECT_TRUE(connect(policy, "github.com", "140.82.112.3", port).allowed) << "HTTP or TLS";
+  }
+  const Decision named = other_tcp("a.corp.test", "203.0.113.9", 443);
+  EXPECT_TRUE(named.allowed) << "a rule naming the port covers any TCP on it";
+  EXPECT_EQ(named.rule, "*.corp.test:443");
+  // A private range opened by a portless CIDR: the same, and the reason names the address.
+  const Decision cidr = other_tcp(std::nullopt, "10.1.2.3", 80);
+  EXPECT_FALSE(cidr.allowed);
+  EXPECT_NE(cidr.reason.find("allow \"10.1.2.3:80\""), std::string::npos) << cidr.reason;
+  EXPECT_TRUE(connect(policy, std::nullopt, "10.1.2.3", 80).allowed);
+  // Nothing would have allowed it as HTTP either: the usual reason.
+  EXPECT_EQ(other_tcp("gitlab.com", "140.82.112.9", 80).reason,
+            "no allow rule matches gitlab.com:80");
+  // Deny rules and mode open do not look at the protocol.
+  Policy open = policy;
+  open.mode = Mode::kOpen;
+  EXPECT_TRUE(decide(open, Floor{}, Connection{"x.test", addr("203.0.113.9"), 80, false}).allowed);
+  const Policy deny = filtered({"github.com:80"}, {"github.com"});
+  EXPECT_FALSE(
+      decide(deny, Floor{}, Connection{"github.com", addr("140.82.112.3"), 80, false}).allowed);
+}
+
 TEST(DecideTest, DenyWins) {
   const Policy policy = filtered({"*.github.com", "140.82.0.0/16"},
                                  {"gist.github.com", "140.82.113.4", "*.github.com:22"});

@@ -123,17 +123,20 @@ TEST(DecideUnresolved, OnlyRulesNamingTheNameOnItsPortAllowIt) {
   for (const char* rule : {"inner.test", "*.corp.test", "git.test:22", "10.0.0.0/8"})
     policy.allow.push_back(*parse_rule(rule));
   policy.deny.push_back(*parse_rule("bad.corp.test"));
-  EXPECT_TRUE(decide_unresolved(policy, "inner.test", 443).allowed);
-  EXPECT_TRUE(decide_unresolved(policy, "x.corp.test", 80).allowed);
-  EXPECT_FALSE(decide_unresolved(policy, "inner.test", 22).allowed) << "80 and 443 only";
-  EXPECT_TRUE(decide_unresolved(policy, "git.test", 22).allowed);
-  EXPECT_EQ(decide_unresolved(policy, "bad.corp.test", 443).rule, "bad.corp.test");
-  EXPECT_EQ(decide_unresolved(policy, "metadata.google.internal", 80).rule, "floor");
-  EXPECT_EQ(decide_unresolved(policy, "other.test", 443).rule, "default");
+  EXPECT_TRUE(decide_unresolved(policy, "inner.test", 443, true).allowed);
+  EXPECT_TRUE(decide_unresolved(policy, "x.corp.test", 80, true).allowed);
+  EXPECT_FALSE(decide_unresolved(policy, "inner.test", 22, true).allowed) << "80 and 443 only";
+  EXPECT_TRUE(decide_unresolved(policy, "git.test", 22, false).allowed);
+  const Decision not_http = decide_unresolved(policy, "inner.test", 443, false);
+  EXPECT_FALSE(not_http.allowed) << "a portless allow covers HTTP and TLS only";
+  EXPECT_NE(not_http.reason.find("allow \"inner.test:443\""), std::string::npos) << not_http.reason;
+  EXPECT_EQ(decide_unresolved(policy, "bad.corp.test", 443, true).rule, "bad.corp.test");
+  EXPECT_EQ(decide_unresolved(policy, "metadata.google.internal", 80, true).rule, "floor");
+  EXPECT_EQ(decide_unresolved(policy, "other.test", 443, true).rule, "default");
   policy.mode = Mode::kOpen;
-  EXPECT_FALSE(decide_unresolved(policy, "other.test", 443).allowed)
+  EXPECT_FALSE(decide_unresolved(policy, "other.test", 443, true).allowed)
       << "mode open cannot vouch for an address nobody here knows";
-  EXPECT_TRUE(decide_unresolved(policy, "inner.test", 443).allowed);
+  EXPECT_TRUE(decide_unresolved(policy, "inner.test", 443, true).allowed);
 }
 
 }  // namespace
