@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
                  "Network namespaces with the egress path, and sandbox CAs, made ahead for "
                  "filtered and open creates (0..64, default 4; 0: each create makes its own)")
       ->check(CLI::Range(0, 64));
+  uint64_t net_ca_validity =
+      static_cast<uint64_t>(hutch::daemon::service::CaRotation{}.validity.count());
+  app.add_option("--net-ca-validity", net_ca_validity,
+                 "Seconds each sandbox CA is valid (default a week, at least 60); the next CA is "
+                 "trusted inside with 3/7 of that left and signs with 1/7 left")
+      ->check(CLI::Range(uint64_t{60}, uint64_t{366} * 24 * 3600));
   std::string net_upstream_netns;
   app.add_option("--net-upstream-netns", net_upstream_netns,
                  "Tests only (HUTCH_TEST_NET=1): the engine dials upstreams from this network "
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
 
   hutch::daemon::service::NetworkOptions network;
   network.netns_ahead = net_ahead;
+  network.ca_rotation.validity = std::chrono::seconds(net_ca_validity);
   auto default_mode = hutch::net::parse_mode(default_network);
   if (!default_mode)
     return fail("--default-network wants none, loopback, filtered or open, got \"" +

@@ -133,7 +133,7 @@ NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueF
       metrics_(metrics),
       upstream_netns_(std::move(upstream_netns)),
       trust_pool_(options_.state_dir.empty() ? "" : options_.state_dir + "/ca-ahead",
-                  options_.netns_ahead, {kNetworkNames}),
+                  options_.netns_ahead, {kNetworkNames}, options_.ca_rotation.validity),
       pool_(options_.netns_ahead) {}
 
 Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions options,
@@ -166,10 +166,79 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
       [self](const std::string& id, const net::Address& address, const std::string& name) {
         self->remember_name(id, address, name);
       });
+  service->rotation_thread_ = std::thread([self] {
+    std::unique_lock lock(self->rotation_mutex_);
+    while (!self->rotation_wake_.wait_for(lock, self->options_.ca_rotation.check_interval(),
+                                          [self] { return self->stopping_; })) {
+      lock.unlock();
+      self->rotate_cas(std::chrono::system_clock::now());
+      lock.lock();
+    }
+  });
   return service;
 }
 
-NetworkService::~NetworkService() { engine_.reset(); }
+NetworkService::~NetworkService() {
+  if (rotation_thread_.joinable()) {
+    {
+      std::lock_guard lock(rotation_mutex_);
+      stopping_ = true;
+    }
+    rotation_wake_.notify_all();
+    rotation_thread_.join();
+  }
+  engine_.reset();
+}
+
+void NetworkService::rotate_cas(std::chrono::system_clock::time_point now) {
+  struct Due {
+    std::string id, dir;
+    RotationStep step;
+    std::shared_ptr<net::tls::SandboxCa> next;
+  };
+  std::vector<Due> due;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, entry] : attached_) {
+      if (entry.dir.empty() || !entry.ca) continue;
+      const RotationStep step =
+          rotation_step(entry.ca->not_after(), entry.next != nullptr, now, options_.ca_rotation);
+      if (step != RotationStep::kNone) due.push_back({id, entry.dir, step, entry.next});
+    }
+  }
+  // Outside the lock: the engine's threads take it (record), and set_ca waits for them.
+  for (Due& sandbox : due) {
+    if (sandbox.step == RotationStep::kAnnounce) {
+      auto next = announce_next_ca(sandbox.dir, options_.ca_rotation.validity);
+      if (!next) {
+        spdlog::error("sandbox={} CA rotation: {}", sandbox.id, next.error().message());
+        continue;
+      }
+      std::lock_guard lock(mutex_);
+      if (auto it = attached_.find(sandbox.id); it != attached_.end()) it->second.next = *next;
+      spdlog::info(
+          "sandbox={} CA rotation: the next CA is trusted inside; it signs once the current one "
+          "has {} s left",
+          sandbox.id, options_.ca_rotation.switch_before().count());
+      continue;
+    }
+    if (auto switched = switch_to_next_ca(sandbox.dir); !switched) {
+      spdlog::error("sandbox={} CA rotation: {}", sandbox.id, switched.error().message());
+      continue;
+    }
+    if (auto set = engine_->set_ca(sandbox.id, sandbox.next); !set) {
+      // Detached meanwhile: its dir, next.pem renamed included, goes with it.
+      if (set.error().kind != ErrorKind::kNotFound)
+        spdlog::error("sandbox={} CA rotation: {}", sandbox.id, set.error().message());
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    if (auto it = attached_.find(sandbox.id); it != attached_.end()) {
+      it->second.ca = std::move(it->second.next);
+      spdlog::info("sandbox={} CA rotation: the next CA signs from now on", sandbox.id);
+    }
+  }
+}
 
 Result<void> NetworkService::attach(const std::string& id, const std::string& dir,
                                     const LiveSandbox& live, const net::Policy& policy,
@@ -243,7 +312,9 @@ Result<void> NetworkService::attach_listeners(const std::string& id, const std::
     std::lock_guard lock(mutex_);
     Attached& entry = attached_[id];
     entry.names = std::move(names);
+    entry.dir = dir;
     entry.ca = injection.ca;
+    entry.next = std::move(trust.next);
     entry.placeholder_key = injection.placeholder_key;
   }
   // Outside the lock: the engine's threads call record() and remember_name(), which take it.
@@ -321,7 +392,8 @@ std::optional<std::string> NetworkService::ca_pem(const std::string& id) const {
   std::lock_guard lock(mutex_);
   auto it = attached_.find(id);
   if (it == attached_.end() || !it->second.ca) return std::nullopt;
-  return it->second.ca->certificate_pem();
+  if (!it->second.next) return it->second.ca->certificate_pem();
+  return it->second.ca->certificate_pem() + it->second.next->certificate_pem();
 }
 
 std::optional<std::string> NetworkService::placeholder(const std::string& id,

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/metrics.h"
@@ -64,6 +65,8 @@ struct NetworkOptions {
   std::string upstream_ca_file;
   // --net-upstream-proxy, --net-no-proxy, --net-upstream-proxy-secret (net/upstream_proxy.h).
   std::optional<net::UpstreamProxy> upstream_proxy;
+  // The sandbox CAs' validity and rotation (sandbox_trust.h; --net-ca-validity).
+  CaRotation ca_rotation;
 };
 
 // Every secret the policy's inject rules name is one hutchd holds: else kInvalid with code
@@ -91,8 +94,9 @@ struct LoggedDecision {
 struct NetworkStatus {
   net::Policy policy;
   std::optional<net::SandboxNetStats> stats;  // nullopt: mode none or loopback
-  // The sandbox's CA certificate (to trust it inside) and, per secret its inject rules name, the
-  // placeholder to use in its place. Neither is secret: both are what the sandbox may see.
+  // The sandbox's CA certificate (to trust it inside; during a rotation the next CA's follows)
+  // and, per secret its inject rules name, the placeholder to use in its place. Neither is
+  // secret: both are what the sandbox may see.
   std::optional<std::string> ca_pem;
   std::map<std::string, std::string> placeholders;
 };
@@ -154,9 +158,14 @@ class NetworkService {
   ServiceResult<void> set_policy(const std::string& id, const net::Policy& next);
   NetworkStatus status(const std::string& id, const net::Policy& policy) const;
 
+  // One look at every attached sandbox's CA (the rotation thread's, every
+  // CaRotation::check_interval; tests call it with a `now` of their own): announces a next CA
+  // or switches to it (sandbox_trust.h). A failure is logged and tried again at the next look.
+  void rotate_cas(std::chrono::system_clock::time_point now);
+
   SecretStore* secrets() const { return options_.secrets.get(); }
-  // The sandbox's CA certificate (PEM) and the placeholder a process in it sees for `secret`;
-  // nullopt when the sandbox is not attached.
+  // The sandbox's CA certificates (PEM: the CA's, then an announced next CA's) and the
+  // placeholder a process in it sees for `secret`; nullopt when the sandbox is not attached.
   std::optional<std::string> ca_pem(const std::string& id) const;
   std::optional<std::string> placeholder(const std::string& id, const std::string& secret) const;
 
@@ -167,9 +176,11 @@ class NetworkService {
 
  private:
   struct Attached {
-    UniqueFd names;  // kNetworkNames, O_APPEND (none for a bake)
-    // Its CA and placeholder key (kept in the sandbox's dir, sandbox_trust.h).
-    std::shared_ptr<net::tls::SandboxCa> ca;
+    UniqueFd names;   // kNetworkNames, O_APPEND (none for a bake)
+    std::string dir;  // the sandbox's ("" for a bake: its CA is never rotated)
+    // Its CA, the next one once announced, and its placeholder key (kept in the sandbox's dir,
+    // sandbox_trust.h).
+    std::shared_ptr<net::tls::SandboxCa> ca, next;
     net::PlaceholderKey placeholder_key{};
     std::deque<LoggedDecision> ring;
     uint64_t next_seq = 1;
@@ -193,6 +204,11 @@ class NetworkService {
   // Last: destroyed first, so their threads have stopped before the rest goes.
   TrustPool trust_pool_;
   EgressPool pool_;
+  // The rotation thread: rotate_cas every check interval until the destructor sets stopping_.
+  std::mutex rotation_mutex_;
+  std::condition_variable rotation_wake_;
+  bool stopping_ = false;
+  std::thread rotation_thread_;
 };
 
 }  // namespace hutch::daemon::service

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "runtime/base/text_file.h"
@@ -17,6 +18,8 @@ namespace hutch::daemon::service {
 namespace {
 
 constexpr const char* kKeyFile = "key.pem";
+constexpr const char* kCurrentFile = "current.pem";
+constexpr const char* kNextFile = "next.pem";
 constexpr const char* kPlaceholderKeyFile = "placeholder.key";
 constexpr const char* kPublicDir = "public";
 constexpr const char* kBundleFile = "ca-bundle.pem";
@@ -81,11 +84,12 @@ std::string trust_dir_of(const std::string& sandbox_dir) {
 
 }  // namespace
 
-Result<SandboxTrust> make_trust_dir(const std::string& path, const std::string& roots_path) {
+Result<SandboxTrust> make_trust_dir(const std::string& path, const std::string& roots_path,
+                                    std::chrono::seconds validity) {
   SandboxTrust trust;
   // Unconstrained by names: rules can change at runtime; the engine mints leaves only for hosts
   // a rule names. No sandbox id in its name: it may be made before the sandbox is.
-  trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({}));
+  trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({.validity = validity}));
   trust.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
   const std::string bundle =
       HUTCH_TRY(net::tls::build_trust_bundle(trust.ca->certificate_pem(), roots_path));
@@ -111,6 +115,45 @@ Result<SandboxTrust> make_trust_dir(const std::string& path, const std::string& 
   return trust;
 }
 
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// A CA from a file holding its key and its certificate (current.pem, next.pem).
+Result<std::shared_ptr<net::tls::SandboxCa>> load_ca_file(const std::string& path) {
+  std::string text = HUTCH_TRY(read_text_file(path));
+  auto ca = net::tls::SandboxCa::load(text, text, {});
+  OPENSSL_cleanse(text.data(), text.size());
+  if (!ca) return std::unexpected(ca.error());
+  return std::shared_ptr<net::tls::SandboxCa>(std::move(*ca));
+}
+
+// `certificate` (PEM) at the end of the public file `path` unless it holds it already: one
+// write with O_APPEND, so a reader sees the file as it was or with the whole certificate.
+Result<void> append_trusted(const std::string& path, const std::string& certificate) {
+  const std::string text = HUTCH_TRY(read_text_file(path));
+  if (text.find(certificate) != std::string::npos) return {};
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return sys_error("open", path + " (O_APPEND)");
+  const std::string out = (text.empty() || text.back() == '\n' ? "" : "\n") + certificate;
+  const ssize_t n = ::write(fd.get(), out.data(), out.size());
+  if (n < 0) return sys_error("write", path);
+  if (static_cast<size_t>(n) != out.size())
+    return plain_error("sandbox CA", "short append to " + path);
+  return {};
+}
+
+Result<void> trust_inside(const std::string& dir, const std::string& certificate) {
+  const std::string public_dir = dir + "/" + kPublicDir;
+  HUTCH_TRY(append_trusted(public_dir + "/" + kCaFile, certificate));
+  return append_trusted(public_dir + "/" + kBundleFile, certificate);
+}
+
+}  // namespace
+
 Result<SandboxTrust> load_trust(const std::string& sandbox_dir) {
   const std::string dir = trust_dir_of(sandbox_dir);
   struct stat st {};
@@ -119,13 +162,24 @@ Result<SandboxTrust> load_trust(const std::string& sandbox_dir) {
       return kind_error(ErrorKind::kNotFound, "sandbox CA", "no " + dir + " (kept CA)");
     return sys_error("lstat", dir);
   }
-  const std::string certificate = HUTCH_TRY(read_text_file(dir + "/" + kPublicDir + "/" + kCaFile));
-  std::string key = HUTCH_TRY(read_text_file(dir + "/" + kKeyFile));
-  auto ca = net::tls::SandboxCa::load(certificate, key, {});
-  OPENSSL_cleanse(key.data(), key.size());
-  if (!ca) return std::unexpected(ca.error());
-  std::string placeholder = HUTCH_TRY(read_text_file(dir + "/" + kPlaceholderKeyFile));
   SandboxTrust trust;
+  if (const std::string current = dir + "/" + kCurrentFile; exists(current)) {
+    trust.ca = HUTCH_TRY(load_ca_file(current));
+  } else {
+    // The first CA: its certificate is the public file's first.
+    const std::string certificate =
+        HUTCH_TRY(read_text_file(dir + "/" + kPublicDir + "/" + kCaFile));
+    std::string key = HUTCH_TRY(read_text_file(dir + "/" + kKeyFile));
+    auto ca = net::tls::SandboxCa::load(certificate, key, {});
+    OPENSSL_cleanse(key.data(), key.size());
+    if (!ca) return std::unexpected(ca.error());
+    trust.ca = std::move(*ca);
+  }
+  if (const std::string next = dir + "/" + kNextFile; exists(next)) {
+    trust.next = HUTCH_TRY(load_ca_file(next));
+    HUTCH_TRY(trust_inside(dir, trust.next->certificate_pem()));
+  }
+  std::string placeholder = HUTCH_TRY(read_text_file(dir + "/" + kPlaceholderKeyFile));
   if (placeholder.size() != trust.placeholder_key.size()) {
     OPENSSL_cleanse(placeholder.data(), placeholder.size());
     return plain_error("sandbox CA", dir + "/" + kPlaceholderKeyFile + " is not " +
@@ -133,8 +187,51 @@ Result<SandboxTrust> load_trust(const std::string& sandbox_dir) {
   }
   std::copy(placeholder.begin(), placeholder.end(), trust.placeholder_key.begin());
   OPENSSL_cleanse(placeholder.data(), placeholder.size());
-  trust.ca = std::move(*ca);
   return trust;
+}
+
+RotationStep rotation_step(std::chrono::system_clock::time_point not_after, bool announced,
+                           std::chrono::system_clock::time_point now, const CaRotation& rotation) {
+  const auto left = not_after - now;
+  if (!announced)
+    return left <= rotation.announce_before() ? RotationStep::kAnnounce : RotationStep::kNone;
+  return left <= rotation.switch_before() ? RotationStep::kSwitch : RotationStep::kNone;
+}
+
+Result<std::shared_ptr<net::tls::SandboxCa>> announce_next_ca(const std::string& sandbox_dir,
+                                                              std::chrono::seconds validity) {
+  const std::string dir = trust_dir_of(sandbox_dir);
+  // A subject of its own (with its date), beside the CAs before it in the same bundle.
+  const std::time_t now = std::time(nullptr);
+  char made[32];
+  std::strftime(made, sizeof made, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::shared_ptr<net::tls::SandboxCa> next = HUTCH_TRY(
+      net::tls::SandboxCa::create({.label = std::string("from ") + made, .validity = validity}));
+  const std::string path = dir + "/" + kNextFile;
+  const std::string partial = path + ".partial";
+  ::unlink(partial.c_str());  // a crash's
+  {
+    RemoveUnlessKept cleanup(partial);
+    auto fd = HUTCH_TRY(create_file(partial, 0600));
+    HUTCH_TRY(next->write_private_key(fd.get()));
+    HUTCH_TRY(write_all(fd.get(), next->certificate_pem(), partial));
+    if (::fsync(fd.get()) != 0) return sys_error("fsync", partial);
+    if (::rename(partial.c_str(), path.c_str()) != 0)
+      return sys_error("rename", partial + " to " + path);
+    cleanup.keep();
+  }
+  HUTCH_TRY(trust_inside(dir, next->certificate_pem()));
+  return next;
+}
+
+Result<void> switch_to_next_ca(const std::string& sandbox_dir) {
+  const std::string dir = trust_dir_of(sandbox_dir);
+  const std::string next = dir + "/" + kNextFile, current = dir + "/" + kCurrentFile;
+  if (::rename(next.c_str(), current.c_str()) != 0)
+    return sys_error("rename", next + " to " + current);
+  const std::string first = dir + "/" + kKeyFile;
+  if (::unlink(first.c_str()) != 0 && errno != ENOENT) return sys_error("unlink", first);
+  return {};
 }
 
 std::vector<BindMount> trust_binds(const std::string& sandbox_dir) {
@@ -187,15 +284,17 @@ std::string fresh_pool_dir(std::string dir) {
 
 }  // namespace
 
-TrustPool::TrustPool(std::string dir, size_t size, std::vector<std::string> empty_files)
+TrustPool::TrustPool(std::string dir, size_t size, std::vector<std::string> empty_files,
+                     std::chrono::seconds validity)
     : dir_(fresh_pool_dir(std::move(dir))),
       empty_files_(std::move(empty_files)),
+      validity_(validity),
       ahead_(
           dir_.empty() ? 0 : size, [this] { return make_one(); }, "sandbox CAs ahead") {}
 
 Result<AheadTrust> TrustPool::make_one() {
   const std::string path = dir_ + "/" + std::to_string(made_.fetch_add(1));
-  auto trust = HUTCH_TRY(make_trust_dir(path));
+  auto trust = HUTCH_TRY(make_trust_dir(path, std::string(net::tls::kHostRootsPath), validity_));
   AheadTrust ahead(path, std::move(trust), {});
   for (const std::string& name : empty_files_)
     HUTCH_TRY(ahead.add_empty_file(path + "." + name, name));
@@ -209,7 +308,8 @@ Result<SandboxTrust> TrustPool::provision(const std::string& sandbox_dir) {
     if (placed) return placed;
     spdlog::warn("a sandbox CA made ahead: {}; making one now", placed.error().message());
   }
-  return make_trust_dir(trust_dir_of(sandbox_dir));
+  return make_trust_dir(trust_dir_of(sandbox_dir), std::string(net::tls::kHostRootsPath),
+                        validity_);
 }
 
 }  // namespace hutch::daemon::service

@@ -258,7 +258,10 @@ Result<std::shared_ptr<asio::ssl::context>> SandboxContext::server_tls() {
     // h2 and HTTP/1.1; the relay narrows each connection's offers so that both legs agree
     // (Relay::terminate_tls).
     auto server = HUTCH_TRY(tls::make_server_context(*ca));
-    server_tls_ = std::make_shared<asio::ssl::context>(server.release());
+    // The SSL_CTX's servername callback points at the CA (tls::make_server_context).
+    server_tls_ = std::shared_ptr<asio::ssl::context>(
+        new asio::ssl::context(server.release()),
+        [ca = ca](asio::ssl::context* context) { delete context; });
   }
   return server_tls_;
 }
@@ -413,6 +416,18 @@ Result<void> Engine::set_policy(const std::string& sandbox, Policy policy) {
   auto shared = std::make_shared<const Policy>(std::move(policy));
   std::lock_guard lock(context->mutex);
   context->policy = std::move(shared);
+  return {};
+}
+
+Result<void> Engine::set_ca(const std::string& sandbox, std::shared_ptr<tls::SandboxCa> ca) {
+  auto context = impl_->find(sandbox);
+  if (!context) return kind_error(ErrorKind::kNotFound, "engine set_ca", sandbox);
+  bool had = false;
+  Impl::run_on(context, [&] {
+    had = context->ca != nullptr;
+    if (had) context->replace_ca(std::move(ca));
+  });
+  if (!had) return kind_error(ErrorKind::kInvalid, "engine set_ca", sandbox + " has no CA");
   return {};
 }
 

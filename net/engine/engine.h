@@ -124,6 +124,10 @@ class Engine {
                       std::optional<SandboxInjection> injection = std::nullopt);
   // The new policy applies to every later DNS query and connection (open ones keep running).
   Result<void> set_policy(const std::string& sandbox, Policy policy);
+  // A sandbox with a CA signs every later terminated connection's leaf with `ca` (a rotation:
+  // the sandbox trusts it already); connections open keep theirs. kNotFound when not attached,
+  // kInvalid when it had no CA.
+  Result<void> set_ca(const std::string& sandbox, std::shared_ptr<tls::SandboxCa> ca);
   // Closes the sandbox's listeners and connections; on return the engine holds no socket of the
   // sandbox's namespace (so the namespace can be freed). Unknown: no-op.
   void detach(const std::string& sandbox);

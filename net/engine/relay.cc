@@ -501,7 +501,8 @@ void Relay::terminate_tls() {
 void Relay::handshake_with_sandbox(bool h2) {
   auto server = sandbox_->server_tls();
   if (!server) return finish("TLS server: " + server.error().message(), true);
-  client_tls_.emplace(client_, **server);
+  server_tls_ = std::move(*server);
+  client_tls_.emplace(client_, *server_tls_);
   const std::vector<std::string> offer{h2 ? "h2" : "http/1.1"};
   if (auto offered = tls::offer_alpn(client_tls_->native_handle(), offer); !offered)
     return finish("TLS with the sandbox: " + offered.error().message(), true);

@@ -120,6 +120,9 @@ class Relay final : public Closable, public std::enable_shared_from_this<Relay> 
   using TlsStream = asio::ssl::stream<asio::ip::tcp::socket&>;
   bool terminate_ = false;  // decided in decide(): an inject rule names the SNI
   bool offers_h2_ = false;  // the sandbox's ClientHello offers ALPN h2
+  // The server client_tls_ was made from, and with it the CA its leaf comes from: a rotation
+  // (SandboxContext::replace_ca) leaves them to the connections that use them.
+  std::shared_ptr<asio::ssl::context> server_tls_;
   std::optional<TlsStream> client_tls_, upstream_tls_;
   // Each leg's handshake once ended: whether it chose h2.
   std::optional<bool> upstream_h2_, sandbox_h2_;

@@ -54,9 +54,9 @@ struct SandboxContext {
   const std::shared_ptr<Resolver> resolver;
   const std::shared_ptr<Gate> gate;
 
-  // Credential injection, set before the listeners start and constant after: the sandbox's CA,
-  // the TLS client for upstreams, the placeholders' key. `ca` null: the sandbox has no CA and
-  // nothing of it is terminated.
+  // Credential injection, set before the listeners start: the sandbox's CA (replaced on the
+  // strand by replace_ca, at a rotation), the TLS client for upstreams, the placeholders' key.
+  // `ca` null: the sandbox has no CA and nothing of it is terminated.
   std::shared_ptr<tls::SandboxCa> ca;
   std::shared_ptr<asio::ssl::context> upstream_tls;
   PlaceholderKey placeholder_key{};
@@ -64,7 +64,13 @@ struct SandboxContext {
   // The TLS server that shows the CA's leaves, made by the first connection terminated: an
   // SSL_CTX costs 0.1-0.6 ms in OpenSSL 3.0 (its algorithm fetches), which a create need not pay
   // for a sandbox that may never be intercepted. The strand's only.
+  // The context keeps the CA it was made with alive: a relay holds it as long as its SSL.
   Result<std::shared_ptr<asio::ssl::context>> server_tls();
+  // The strand's only: later connections get a server with the new CA's leaves.
+  void replace_ca(std::shared_ptr<tls::SandboxCa> next) {
+    ca = std::move(next);
+    server_tls_.reset();
+  }
 
   std::shared_ptr<const Policy> current_policy() const {
     std::lock_guard lock(mutex);

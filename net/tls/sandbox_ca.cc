@@ -4,6 +4,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 
+#include <ctime>
+
 namespace hutch::net::tls {
 
 namespace {
@@ -147,6 +149,13 @@ Result<std::unique_ptr<SandboxCa>> SandboxCa::load(std::string_view certificate_
   ca->leaf_key_ = HUTCH_TRY(generate_p256());
   ca->certificate_pem_ = HUTCH_TRY(tls::certificate_pem(ca->certificate_.get()));
   return ca;
+}
+
+std::chrono::system_clock::time_point SandboxCa::not_after() const {
+  std::tm when{};
+  // A certificate this class made or loaded has a valid notAfter: create() set it.
+  ASN1_TIME_to_tm(X509_get0_notAfter(certificate_.get()), &when);
+  return std::chrono::system_clock::from_time_t(timegm(&when));
 }
 
 Result<void> SandboxCa::write_private_key(int fd) const {

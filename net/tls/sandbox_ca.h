@@ -64,6 +64,8 @@ class SandboxCa {
   // The certificate in PEM, for the sandbox's trust bundle and NODE_EXTRA_CA_CERTS.
   const std::string& certificate_pem() const { return certificate_pem_; }
   X509* certificate() const { return certificate_.get(); }
+  // When the certificate, and every leaf it signed, stops being valid.
+  std::chrono::system_clock::time_point not_after() const;
   // The CA's private key as unencrypted PKCS#8 PEM, written to `fd` (its owner chose where, and
   // who may read it). Nothing else exports it.
   Result<void> write_private_key(int fd) const;

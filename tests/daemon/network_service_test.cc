@@ -6,6 +6,9 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <openssl/err.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,6 +130,115 @@ TEST(SandboxTrustTest, AKeptTrustDirLoadsBackTheSameCaAndPlaceholders) {
   std::filesystem::copy_file(other.path() + "/ca/key.pem", dir + "/key.pem",
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_FALSE(load_trust(sandbox.path()));
+}
+
+TEST(SandboxTrustTest, RotationAnnouncesTheNextCaThenSwitchesToIt) {
+  const CaRotation week;
+  EXPECT_EQ(week.announce_before(), std::chrono::hours(72));
+  EXPECT_EQ(week.switch_before(), std::chrono::hours(24));
+  EXPECT_EQ(week.check_interval(), std::chrono::minutes(1));
+  EXPECT_EQ(CaRotation{std::chrono::seconds(60)}.check_interval(), std::chrono::milliseconds(1200));
+  const auto now = std::chrono::system_clock::now();
+  const auto step = [&](std::chrono::hours left, bool announced) {
+    return rotation_step(now + left, announced, now, week);
+  };
+  EXPECT_EQ(step(std::chrono::hours(73), false), RotationStep::kNone);
+  EXPECT_EQ(step(std::chrono::hours(72), false), RotationStep::kAnnounce);
+  EXPECT_EQ(step(std::chrono::hours(30), true), RotationStep::kNone);
+  EXPECT_EQ(step(std::chrono::hours(24), true), RotationStep::kSwitch);
+  // Late (hutchd was down): announced first, switched at a later look; expired alike.
+  EXPECT_EQ(step(std::chrono::hours(2), false), RotationStep::kAnnounce);
+  EXPECT_EQ(step(std::chrono::hours(-5), false), RotationStep::kAnnounce);
+  EXPECT_EQ(step(std::chrono::hours(-5), true), RotationStep::kSwitch);
+}
+
+// Whether `leaf`, minted by some CA, verifies against the CAs of the PEM file `bundle`.
+bool verifies(const net::tls::Leaf& leaf, const std::string& bundle) {
+  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> context(X509_STORE_CTX_new(),
+                                                                          X509_STORE_CTX_free);
+  if (X509_STORE_load_file(store.get(), bundle.c_str()) != 1 ||
+      X509_STORE_CTX_init(context.get(), store.get(), leaf.certificate.get(), nullptr) != 1)
+    return false;
+  const bool verified = X509_verify_cert(context.get()) == 1;
+  ERR_clear_error();
+  return verified;
+}
+
+ino_t inode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+// A rotation's files: the next CA appended in place to what the sandbox sees (the binds show the
+// same inodes), kept whole in next.pem, loaded back with the current one, appended again when a
+// crash came before the appends; after the switch it is the CA loaded, and both stay trusted.
+TEST(SandboxTrustTest, ANextCaIsAppendedInPlaceAndTakesOverAtTheSwitch) {
+  HUTCH_REQUIRE(::access(net::tls::kHostRootsPath.data(), R_OK) == 0,
+                "needs the host's CA bundle (ca-certificates)");
+  TempDir sandbox;
+  const std::string dir = sandbox.path() + "/" + std::string(kTrustDir);
+  const std::string ca_file = dir + "/public/sandbox-ca.pem",
+                    bundle = dir + "/public/ca-bundle.pem";
+  auto made = make_trust_dir(dir);
+  ASSERT_TRUE(made) << made.error().message();
+  const std::string first = made->ca->certificate_pem();
+  const ino_t ca_inode = inode_of(ca_file), bundle_inode = inode_of(bundle);
+
+  auto next = announce_next_ca(sandbox.path(), std::chrono::hours(24 * 7));
+  ASSERT_TRUE(next) << next.error().message();
+  const std::string second = (*next)->certificate_pem();
+  EXPECT_NE(second, first);
+  EXPECT_NE(X509_NAME_cmp(X509_get_subject_name(made->ca->certificate()),
+                          X509_get_subject_name((*next)->certificate())),
+            0)
+      << "a subject of its own beside the first in one bundle";
+  EXPECT_EQ(mode_of(dir + "/next.pem"), 0600u);
+  EXPECT_EQ(read_file(ca_file), first + second);
+  EXPECT_TRUE(read_file(bundle).starts_with(read_file(std::string(net::tls::kHostRootsPath))));
+  EXPECT_TRUE(read_file(bundle).ends_with(first + second));
+  EXPECT_EQ(inode_of(ca_file), ca_inode);
+  EXPECT_EQ(inode_of(bundle), bundle_inode);
+  for (const std::string& path : {ca_file, bundle})
+    EXPECT_EQ(read_file(path).find("PRIVATE KEY"), std::string::npos) << path;
+  auto old_leaf = made->ca->leaf_for("api.test");
+  auto new_leaf = (*next)->leaf_for("api.test");
+  ASSERT_TRUE(old_leaf && new_leaf);
+  EXPECT_TRUE(verifies(**old_leaf, bundle));
+  EXPECT_TRUE(verifies(**new_leaf, bundle));
+  EXPECT_TRUE(verifies(**new_leaf, ca_file));
+
+  auto loaded = load_trust(sandbox.path());
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(loaded->ca->certificate_pem(), first);
+  ASSERT_TRUE(loaded->next);
+  EXPECT_EQ(loaded->next->certificate_pem(), second);
+  // A crash between next.pem and the appends: the load appends (in place) what is missing.
+  std::ofstream(ca_file, std::ios::trunc) << first;
+  loaded = load_trust(sandbox.path());
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(read_file(ca_file), first + second);
+  EXPECT_EQ(inode_of(ca_file), ca_inode);
+  EXPECT_TRUE(read_file(bundle).ends_with(first + second)) << "not appended twice";
+
+  ASSERT_TRUE(switch_to_next_ca(sandbox.path()));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/next.pem"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/key.pem")) << "the first CA's key goes";
+  EXPECT_EQ(mode_of(dir + "/current.pem"), 0600u);
+  loaded = load_trust(sandbox.path());
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(loaded->ca->certificate_pem(), second);
+  EXPECT_FALSE(loaded->next);
+  EXPECT_EQ(read_file(ca_file), first + second) << "the old CA stays trusted until it expires";
+  // And a second rotation goes the same way from current.pem.
+  auto third = announce_next_ca(sandbox.path(), std::chrono::hours(24 * 7));
+  ASSERT_TRUE(third) << third.error().message();
+  ASSERT_TRUE(switch_to_next_ca(sandbox.path()));
+  loaded = load_trust(sandbox.path());
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(loaded->ca->certificate_pem(), (*third)->certificate_pem());
+  EXPECT_EQ(read_file(ca_file), first + second + (*third)->certificate_pem());
 }
 
 // CAs made ahead: a previous hutchd's leftovers go, each one is handed out once (renamed into the
@@ -379,6 +491,66 @@ TEST_F(NetworkRegistryTest, TheTrustIsBoundOverTheRootfsBundleAndNeverWrittenInt
     if (!entry.is_regular_file()) continue;
     EXPECT_EQ(read_file(entry.path()).find("CERTIFICATE"), std::string::npos) << entry.path();
   }
+}
+
+// hutchd's rotation on a running sandbox: nothing before its time; then the next CA is trusted
+// inside (read through the binds, which show the files rewritten in place) while the first
+// still signs; then it takes over and is what a restarted hutchd loads.
+TEST_F(NetworkRegistryTest, ARunningSandboxTrustsTheNextCaBeforeItTakesOver) {
+  auto sandbox = create(policy_of(net::Mode::kFiltered));
+  ASSERT_TRUE(sandbox);
+  const auto first = network_->ca_pem(sandbox->id());
+  ASSERT_TRUE(first);
+  const auto now = std::chrono::system_clock::now();
+  network_->rotate_cas(now);
+  EXPECT_EQ(network_->ca_pem(sandbox->id()), first) << "a week left: nothing to do";
+
+  network_->rotate_cas(now + std::chrono::hours(24 * 4 + 12));
+  const auto both = network_->ca_pem(sandbox->id());
+  ASSERT_TRUE(both);
+  ASSERT_TRUE(both->starts_with(*first));
+  const std::string second = both->substr(first->size());
+  EXPECT_NE(second.find("BEGIN CERTIFICATE"), std::string::npos);
+  EXPECT_EQ(run(*sandbox, "cat /etc/hutch/sandbox-ca.pem"), *both);
+  const std::string bundle = run(*sandbox, "cat /etc/hutch/ca-bundle.pem");
+  EXPECT_TRUE(bundle.ends_with(*both)) << "the roots, the first CA, the next";
+  network_->rotate_cas(now + std::chrono::hours(24 * 4 + 13));
+  EXPECT_EQ(network_->ca_pem(sandbox->id()), both) << "announced once";
+
+  network_->rotate_cas(now + std::chrono::hours(24 * 6 + 12));
+  EXPECT_EQ(network_->ca_pem(sandbox->id()), second);
+  EXPECT_EQ(run(*sandbox, "cat /etc/hutch/sandbox-ca.pem"), *both) << "both trusted still";
+  auto kept = load_trust(sandbox->dir());
+  ASSERT_TRUE(kept) << kept.error().message();
+  EXPECT_EQ(kept->ca->certificate_pem(), second);
+}
+
+// The same by the service's own thread, with CAs valid for 6 s: the next CA is announced with
+// about 2.6 s left and signs with about 0.9 s left.
+TEST_F(NetworkRegistryTest, TheRotationThreadAnnouncesAndSwitchesOnItsOwn) {
+  NetworkOptions options;
+  options.ca_rotation.validity = std::chrono::seconds(6);
+  auto service = NetworkService::create(options, metrics_);
+  ASSERT_TRUE(service) << service.error().message();
+  registry_->set_network(service->get());
+  auto sandbox = create(policy_of(net::Mode::kFiltered));
+  ASSERT_TRUE(sandbox);
+  const std::string first = (*service)->ca_pem(sandbox->id()).value_or("");
+  ASSERT_FALSE(first.empty());
+  std::string both;
+  EXPECT_TRUE(testing::wait_until(
+      [&] {
+        both = (*service)->ca_pem(sandbox->id()).value_or("");
+        return both.size() > first.size();
+      },
+      10s, "the next CA announced"));
+  EXPECT_EQ(run(*sandbox, "cat /etc/hutch/sandbox-ca.pem"), both);
+  const std::string second = both.substr(first.size());
+  EXPECT_TRUE(testing::wait_until(
+      [&] { return (*service)->ca_pem(sandbox->id()).value_or("").starts_with(second); }, 10s,
+      "the next CA signing"));
+  ASSERT_TRUE(registry_->destroy(sandbox->id(), "test"));
+  registry_->set_network(network_.get());
 }
 
 TEST_F(NetworkRegistryTest, WithoutTheServiceAFilteredCreateIsRefused) {

@@ -449,13 +449,29 @@ class Http1Exchange : public ::testing::Test {
     return body(stream);
   }
 
-  // `body` with a TLS connection from S to api.test:443, verified with the sandbox CA only (the
-  // engine terminates it).
-  template <class Body>
-  auto tls(Body&& body) {
+  // Whether a TLS handshake from S to api.test:443 verifies with the CAs of `ca_path` only.
+  bool verifies_with(const std::string& ca_path) {
     UniqueFd fd = connect_from_sandbox(kApi, 443);
     tls::SslCtxPtr context(SSL_CTX_new(TLS_client_method()));
-    SSL_CTX_load_verify_locations(context.get(), cas_.sandbox_path.c_str(), nullptr);
+    SSL_CTX_load_verify_locations(context.get(), ca_path.c_str(), nullptr);
+    SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
+    tls::SslPtr ssl(SSL_new(context.get()));
+    SSL_set_tlsext_host_name(ssl.get(), "api.test");
+    SSL_set1_host(ssl.get(), "api.test");
+    SSL_set_fd(ssl.get(), fd.get());
+    const bool verified = SSL_connect(ssl.get()) == 1;
+    ERR_clear_error();
+    return verified;
+  }
+
+  // `body` with a TLS connection from S to api.test:443, verified with the sandbox CA only (the
+  // engine terminates it), or with the CAs of `ca_path`.
+  template <class Body>
+  auto tls(Body&& body, const std::string& ca_path = "") {
+    UniqueFd fd = connect_from_sandbox(kApi, 443);
+    tls::SslCtxPtr context(SSL_CTX_new(TLS_client_method()));
+    SSL_CTX_load_verify_locations(
+        context.get(), ca_path.empty() ? cas_.sandbox_path.c_str() : ca_path.c_str(), nullptr);
     SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
     tls::SslPtr ssl(SSL_new(context.get()));
     SSL_set_tlsext_host_name(ssl.get(), "api.test");
@@ -752,6 +768,40 @@ TEST_F(Http1Exchange, RefusalAfterEarlierRequestsOverTerminatedTlsIsAnsweredNotR
   EXPECT_EQ(body["rule"], "name");
   EXPECT_EQ(api_tls_->requests().size(), 1u);
   EXPECT_EQ(api_tls_->raw().find("sneaky"), std::string::npos);
+}
+
+// A rotation (hutchd's, sandbox_trust.h) hands the engine the next CA: later connections get its
+// leaves, which a client trusting only the old CA refuses; a connection open across it keeps its
+// leaf and its requests go on.
+TEST_F(Http1Exchange, AReplacedCaSignsLaterConnectionsWhileAnOpenOneGoesOn) {
+  auto made = tls::SandboxCa::create({.label = "next"});
+  ASSERT_TRUE(made) << made.error().message();
+  std::shared_ptr<tls::SandboxCa> next = std::move(*made);
+  const std::string next_path = dir_.path() + "/next-ca.pem";
+  std::ofstream(next_path) << next->certificate_pem();
+  EXPECT_FALSE(verifies_with(next_path)) << "the old CA signs until the switch";
+  const auto [before, after] = tls([&](Stream& stream) {
+    stream.write(get("api.test", "/v1/before"));
+    auto before = stream.read_response().value_or("");
+    EXPECT_TRUE(engine_->set_ca("sb", next));
+    stream.write(get("api.test", "/v1/after"));
+    return std::pair{before, stream.read_response().value_or("")};
+  });
+  EXPECT_TRUE(before.ends_with("ok:0")) << before;
+  EXPECT_TRUE(after.ends_with("ok:0")) << after;
+  EXPECT_FALSE(verifies_with(cas_.sandbox_path)) << "a new connection gets the next CA's leaf";
+  EXPECT_TRUE(verifies_with(next_path));
+  const std::string answer = tls(
+      [&](Stream& stream) {
+        stream.write(get("api.test", "/v1/next"));
+        return stream.read_response().value_or("");
+      },
+      next_path);
+  EXPECT_TRUE(answer.ends_with("ok:0")) << answer;
+  ASSERT_EQ(api_tls_->requests().size(), 3u);
+  for (const auto& request : api_tls_->requests())
+    EXPECT_NE(field(request.head, "Authorization").find(kSecret), std::string::npos);
+  EXPECT_EQ(engine_->set_ca("nobody", next).error().kind, ErrorKind::kNotFound);
 }
 
 // A request, then an upgrade on the same connection; frames both ways, the upstream's first
