@@ -404,8 +404,10 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
     impl_->sandboxes.erase(sandbox);
     return made;
   }
-  Impl::run_on(context, [&] {
-    for (auto& start : starts) start();
+  // Not waited for: the listeners listen already (their backlog and buffers hold what comes
+  // meanwhile), the policy is in place, and a detach's job runs after these on the strand.
+  asio::post(context->strand, [starts = std::move(starts)] {
+    for (const auto& start : starts) start();
   });
   return {};
 }
