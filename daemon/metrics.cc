@@ -77,6 +77,14 @@ std::string Metrics::render(uint64_t running, uint64_t paused) const {
   counter("hutch_net_proxy_failures_total",
           "Egress connections the upstream proxy refused, failed or did not answer in time.",
           "hutch_net_proxy_failures_total " + value(net_.proxy_failures));
+  counter(
+      "hutch_net_ca_rotations_total",
+      "Sandbox CA rotation steps: the next CA trusted inside (announce), then signing (switch).",
+      "hutch_net_ca_rotations_total{step=\"announce\"} " + value(net_.ca_announced) +
+          "hutch_net_ca_rotations_total{step=\"switch\"} " + value(net_.ca_switched));
+  counter("hutch_net_ca_rotation_failures_total",
+          "Sandbox CA rotation steps that failed (logged; tried again a check interval later).",
+          "hutch_net_ca_rotation_failures_total " + value(net_.ca_rotation_failures));
   create_.render("hutch_create_seconds", "Sandbox creation latency.", out);
   exec_.render("hutch_exec_seconds", "Buffered and streamed exec latency.", out);
   return out;

@@ -41,6 +41,14 @@ class Metrics {
   void count_network_reattach_failure() {
     net_.reattach_failures.fetch_add(1, std::memory_order_relaxed);
   }
+  // A sandbox CA's rotation step done (sandbox_trust.h: announce, then switch), or one that
+  // failed (tried again at the next look).
+  void count_ca_rotation(bool announce, bool failed) {
+    (failed     ? net_.ca_rotation_failures
+     : announce ? net_.ca_announced
+                : net_.ca_switched)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
   std::string render(uint64_t running, uint64_t paused) const;
 
  private:
@@ -51,6 +59,7 @@ class Metrics {
     std::atomic<uint64_t> allowed{0}, denied{0}, dns{0}, dns_denied{0}, up{0}, down{0};
     std::atomic<uint64_t> reattach_failures{0};
     std::atomic<uint64_t> proxy_failures{0};
+    std::atomic<uint64_t> ca_announced{0}, ca_switched{0}, ca_rotation_failures{0};
   } net_;
   Histogram create_;
   Histogram exec_;

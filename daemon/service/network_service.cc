@@ -210,6 +210,7 @@ void NetworkService::rotate_cas(std::chrono::system_clock::time_point now) {
   for (Due& sandbox : due) {
     if (sandbox.step == RotationStep::kAnnounce) {
       auto next = announce_next_ca(sandbox.dir, options_.ca_rotation.validity);
+      metrics_.count_ca_rotation(true, !next);
       if (!next) {
         spdlog::error("sandbox={} CA rotation: {}", sandbox.id, next.error().message());
         continue;
@@ -223,15 +224,19 @@ void NetworkService::rotate_cas(std::chrono::system_clock::time_point now) {
       continue;
     }
     if (auto switched = switch_to_next_ca(sandbox.dir); !switched) {
+      metrics_.count_ca_rotation(false, true);
       spdlog::error("sandbox={} CA rotation: {}", sandbox.id, switched.error().message());
       continue;
     }
     if (auto set = engine_->set_ca(sandbox.id, sandbox.next); !set) {
       // Detached meanwhile: its dir, next.pem renamed included, goes with it.
-      if (set.error().kind != ErrorKind::kNotFound)
+      if (set.error().kind != ErrorKind::kNotFound) {
+        metrics_.count_ca_rotation(false, true);
         spdlog::error("sandbox={} CA rotation: {}", sandbox.id, set.error().message());
+      }
       continue;
     }
+    metrics_.count_ca_rotation(false, false);
     std::lock_guard lock(mutex_);
     if (auto it = attached_.find(sandbox.id); it != attached_.end()) {
       it->second.ca = std::move(it->second.next);

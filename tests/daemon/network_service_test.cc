@@ -523,6 +523,24 @@ TEST_F(NetworkRegistryTest, ARunningSandboxTrustsTheNextCaBeforeItTakesOver) {
   auto kept = load_trust(sandbox->dir());
   ASSERT_TRUE(kept) << kept.error().message();
   EXPECT_EQ(kept->ca->certificate_pem(), second);
+  const std::string metrics = metrics_.render(0, 0);
+  EXPECT_NE(metrics.find("hutch_net_ca_rotations_total{step=\"announce\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("hutch_net_ca_rotations_total{step=\"switch\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.find("hutch_net_ca_rotation_failures_total 0\n"), std::string::npos);
+
+  // A step that fails is counted and tried again: the public files gone (a broken state dir)
+  // fail the next announce.
+  const std::string ca_dir = sandbox->dir() + "/ca";
+  ASSERT_EQ(::rename((ca_dir + "/public").c_str(), (ca_dir + "/public.moved").c_str()), 0);
+  network_->rotate_cas(now + std::chrono::hours(24 * 11 + 12));
+  EXPECT_EQ(network_->ca_pem(sandbox->id()), second) << "nothing announced";
+  EXPECT_NE(metrics_.render(0, 0).find("hutch_net_ca_rotation_failures_total 1\n"),
+            std::string::npos);
+  ASSERT_EQ(::rename((ca_dir + "/public.moved").c_str(), (ca_dir + "/public").c_str()), 0);
+  network_->rotate_cas(now + std::chrono::hours(24 * 11 + 12));
+  EXPECT_GT(network_->ca_pem(sandbox->id()).value_or("").size(), second.size())
+      << "announced at the next look";
 }
 
 // The same by the service's own thread, with CAs valid for 6 s: the next CA is announced with
