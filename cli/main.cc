@@ -52,7 +52,16 @@ int main(int argc, char** argv) {
                       "Working directory inside (created if missing)");
   run_cmd->add_option("--hostname", options.hostname, "Hostname inside");
   run_cmd->add_option("--net", options.net, "none | loopback (default: new netns with loopback up)")
-      ->check(CLI::IsMember({"none", "loopback"}));
+      ->check(CLI::Validator(
+          [](const std::string& net) -> std::string {
+            if (net == "none" || net == "loopback") return "";
+            // Egress goes through hutchd's engine, which this one-shot process does not run.
+            if (net == "filtered" || net == "open")
+              return net + " needs hutchd's network engine: hutch create --net " + net +
+                     " (rules: PUT /v1/sandboxes/ID/network), then hutch exec ID -- CMD";
+            return "none or loopback, not \"" + net + "\"";
+          },
+          "none|loopback"));
   run_cmd
       ->add_option("--bind", options.binds,
                    "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
