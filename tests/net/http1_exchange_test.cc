@@ -487,6 +487,16 @@ class Http1Exchange : public ::testing::Test {
     return testing::last_log_where(mutex_, logs_, match);
   }
 
+  // `first` on `stream` and its response, then `second` and all that comes back until the end.
+  static std::pair<std::string, std::string> answer_then_rest(Stream& stream,
+                                                              const std::string& first,
+                                                              const std::string& second) {
+    stream.write(first);
+    auto answer = stream.read_response().value_or("");
+    stream.write(second);
+    return {answer, stream.read_to_end()};
+  }
+
   static nlohmann::json denial_body(const std::string& response) {
     EXPECT_TRUE(response.starts_with("HTTP/1.1 403 ")) << response;
     return nlohmann::json::parse(response.substr(response.find("\r\n\r\n") + 4), nullptr, false);
@@ -504,10 +514,7 @@ class Http1Exchange : public ::testing::Test {
 
 TEST_F(Http1Exchange, KeptAlivePlainRequestWithAnotherHostGets403AndIsLoggedDenied) {
   const auto [first, rest] = plain(kApi, 80, [](Stream& stream) {
-    stream.write(get("api.test", "/one"));
-    auto first = stream.read_response().value_or("");
-    stream.write(get("other.test", "/two"));
-    return std::pair{first, stream.read_to_end()};
+    return answer_then_rest(stream, get("api.test", "/one"), get("other.test", "/two"));
   });
   EXPECT_TRUE(first.starts_with("HTTP/1.1 200 ")) << first;
   const nlohmann::json body = denial_body(rest);
@@ -757,10 +764,7 @@ TEST_F(Http1Exchange, HostileFramingIsRefusedWithoutAHang) {
 // gets its 403, not a reset.
 TEST_F(Http1Exchange, RefusalAfterEarlierRequestsOverTerminatedTlsIsAnsweredNotReset) {
   const auto [first, refused] = tls([&](Stream& stream) {
-    stream.write(get("api.test", "/v1/first"));
-    auto first = stream.read_response().value_or("");
-    stream.write(get("other.test", "/v1/sneaky"));
-    return std::pair{first, stream.read_to_end()};
+    return answer_then_rest(stream, get("api.test", "/v1/first"), get("other.test", "/v1/sneaky"));
   });
   EXPECT_TRUE(first.ends_with("ok:0")) << first;
   const nlohmann::json body = denial_body(refused);
@@ -857,10 +861,7 @@ TEST_F(Http1Exchange, H2cUpgradeOfferIsTakenOutSoLaterRequestsAreStillChecked) {
       "GET /v1/h2c HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade, HTTP2-Settings\r\n"
       "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n";
   const auto upgrade_then_other_host = [&](Stream& stream) {
-    stream.write(offer);
-    auto answer = stream.read_response().value_or("");
-    stream.write(get("other.test", "/v1/sneaky"));
-    return std::pair{answer, stream.read_to_end()};
+    return answer_then_rest(stream, offer, get("other.test", "/v1/sneaky"));
   };
   const auto [plain_answer, plain_refused] = plain(kApi, 80, upgrade_then_other_host);
   const auto [tls_answer, tls_refused] = tls(upgrade_then_other_host);
