@@ -2,7 +2,7 @@
 //
 //   daemon --socket PATH [--runs N] [--clients N,N,...] [--seconds S] [--peer NAME=COMMAND]...
 //          [--warm-pool] [--lifecycle-only] [--create-body JSON] [--delete-wait]
-//          [--wait-made-ahead]
+//          [--wait-made-ahead] [--spaced-ms N]
 //          [--snapshot-mib N,N,...] [--background-only]
 //
 // Prints p50/p95 (ms) of:
@@ -20,7 +20,9 @@
 // {"recipe":"NAME"}. --delete-wait: each DELETE waits for the teardown (?wait=true), so the
 // next create does not share the machine with it. --wait-made-ahead: before each lifecycle run
 // (untimed) the bench waits until hutchd's network namespaces and CAs made ahead are all ready
-// again (/metrics), as --warm-pool does for the warm pool. --snapshot-mib: instead of all that,
+// again (/metrics), as --warm-pool does for the warm pool. --spaced-ms N: the bench sleeps N ms
+// (untimed) before each lifecycle run, as an agent's creates come apart, so whatever a create
+// leaves hutchd and its zygote to do after its reply is done before the next. --snapshot-mib: instead of all that,
 // snapshot capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files),
 // then is snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of
 // the client's round trip. --background-only: only the background start figures (for an A/B of two
@@ -241,6 +243,7 @@ int main(int argc, char** argv) {
   bool warm_pool = false;
   bool lifecycle_only = false;
   bool wait_made_ahead = false;
+  int spaced_ms = 0;
   bool background_only = false;
   std::vector<int> snapshot_mib;
   for (int i = 1; i < argc; ++i) {
@@ -267,6 +270,8 @@ int main(int argc, char** argv) {
       lifecycle_only = true;
     } else if (arg == "--wait-made-ahead") {
       wait_made_ahead = true;
+    } else if (arg == "--spaced-ms") {
+      spaced_ms = std::stoi(value());
     } else if (arg == "--create-body") {
       create_body = value();
     } else if (arg == "--delete-wait") {
@@ -309,6 +314,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < lifecycle_runs; ++i) {
     if (warm_pool) wait_for_full_pools(c);
     if (wait_made_ahead) wait_for_made_ahead(c);
+    if (spaced_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(spaced_ms));
     auto start = Clock::now();
     std::string id = create_sandbox(c);
     create_only.push_back(ms_since(start));
@@ -320,7 +326,8 @@ int main(int argc, char** argv) {
   const char* mode = warm_pool         ? "from a warm pool"
                      : wait_made_ahead ? "no warm pool, namespaces and CAs made ahead all ready"
                                        : "no warm pool";
-  std::printf("hutchd create (%d runs, %s)\n", lifecycle_runs, mode);
+  std::printf("hutchd create (%d runs, %s%s)\n", lifecycle_runs, mode,
+              spaced_ms > 0 ? (", " + std::to_string(spaced_ms) + " ms apart").c_str() : "");
   print_row("create", figures(create_only));
   print_row("create->first exec", figures(create_exec));
   print_row("create->exec->delete", figures(lifecycle));
