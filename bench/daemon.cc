@@ -22,11 +22,12 @@
 // (untimed) the bench waits until hutchd's network namespaces and CAs made ahead are all ready
 // again (/metrics), as --warm-pool does for the warm pool. --spaced-ms N: the bench sleeps N ms
 // (untimed) before each lifecycle run, as an agent's creates come apart, so whatever a create
-// leaves hutchd and its zygote to do after its reply is done before the next. --snapshot-mib: instead of all that,
-// snapshot capture against upper-dir size: for each N a sandbox writes N MiB (1 MiB random files),
-// then is snapshotted `--runs` times; prints p50 of the time frozen, of the whole capture, and of
-// the client's round trip. --background-only: only the background start figures (for an A/B of two
-// hutchd builds). bench/daemon.sh starts hutchd and the peers and runs this.
+// leaves hutchd and its zygote to do after its reply is done before the next. --snapshot-mib:
+// instead of all that, snapshot capture against upper-dir size: for each N a sandbox writes N MiB
+// (1 MiB random files), then is snapshotted `--runs` times; prints p50 of the time frozen, of the
+// whole capture, and of the client's round trip. --background-only: only the background start
+// figures (for an A/B of two hutchd builds). bench/daemon.sh starts hutchd and the peers and runs
+// this.
 
 #include <httplib.h>
 #include <spawn.h>

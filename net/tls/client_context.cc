@@ -14,6 +14,7 @@ namespace {
 struct SessionSlot {
   std::shared_ptr<UpstreamSessions> sessions;
   std::string key;
+  std::time_t offered_verified = 0;  // of the session offered, if any
 };
 
 void free_session_slot(void*, void* slot, CRYPTO_EX_DATA*, int, long, void*) {
@@ -35,50 +36,59 @@ int file_new_session(SSL* ssl, SSL_SESSION* session) {
   if (!slot || SSL_SESSION_get_protocol_version(session) != TLS1_3_VERSION ||
       !SSL_SESSION_is_resumable(session))
     return 0;
+  // A resumed connection verified nothing: its sessions rest on the chain the offered one did.
+  const std::time_t verified =
+      SSL_session_reused(ssl) ? slot->offered_verified : std::time(nullptr);
   if (SslSessionPtr copy(SSL_SESSION_dup(session)); copy)
-    slot->sessions->put(slot->key, std::move(copy));
+    slot->sessions->put(slot->key, std::move(copy), verified);
   return 0;
 }
 
-bool usable(SSL_SESSION* session) {
+bool usable(const UpstreamSessions::Cached& cached) {
+  SSL_SESSION* session = cached.session.get();
+  const std::time_t now = std::time(nullptr);
   return SSL_SESSION_is_resumable(session) == 1 &&
-         SSL_SESSION_get_time(session) + SSL_SESSION_get_timeout(session) > std::time(nullptr);
+         SSL_SESSION_get_time(session) + SSL_SESSION_get_timeout(session) > now &&
+         cached.verified + UpstreamSessions::kVerifiedFor.count() > now;
 }
 
 }  // namespace
 
-SslSessionPtr UpstreamSessions::take(const std::string& key) {
+UpstreamSessions::Cached UpstreamSessions::take(const std::string& key) {
   auto found = sessions_.find(key);
-  if (found == sessions_.end()) return nullptr;
-  std::deque<SslSessionPtr>& queue = found->second;
-  SslSessionPtr session;
-  while (!queue.empty() && !session) {
-    session = std::move(queue.back());  // the newest: the longest left to live
+  if (found == sessions_.end()) return {};
+  std::deque<Cached>& queue = found->second;
+  Cached cached;
+  while (!queue.empty() && !cached.session) {
+    cached = std::move(queue.back());  // the newest: the longest left to live
     queue.pop_back();
-    if (!usable(session.get())) session.reset();
+    if (!usable(cached)) cached = {};
   }
   if (queue.empty()) sessions_.erase(found);
-  return session;
+  return cached;
 }
 
-void UpstreamSessions::put(const std::string& key, SslSessionPtr session) {
+void UpstreamSessions::put(const std::string& key, SslSessionPtr session, std::time_t verified) {
   if (!sessions_.contains(key) && sessions_.size() >= kMaxKeys) sessions_.erase(sessions_.begin());
-  std::deque<SslSessionPtr>& queue = sessions_[key];
-  queue.push_back(std::move(session));
+  std::deque<Cached>& queue = sessions_[key];
+  queue.push_back({std::move(session), verified});
   if (queue.size() > kMaxPerKey) queue.pop_front();
 }
 
 Result<std::optional<std::string>> resume_upstream_session(
     SSL* ssl, std::shared_ptr<UpstreamSessions> sessions, std::string key) {
   std::optional<std::string> alpn;
-  if (SslSessionPtr session = sessions->take(key); session) {
-    if (SSL_set_session(ssl, session.get()) != 1) return openssl_error("SSL_set_session", key);
+  UpstreamSessions::Cached offered = sessions->take(key);
+  if (offered.session) {
+    if (SSL_set_session(ssl, offered.session.get()) != 1)
+      return openssl_error("SSL_set_session", key);
     const unsigned char* protocol = nullptr;
     size_t size = 0;
-    SSL_SESSION_get0_alpn_selected(session.get(), &protocol, &size);
+    SSL_SESSION_get0_alpn_selected(offered.session.get(), &protocol, &size);
     alpn.emplace(size > 0 ? std::string(reinterpret_cast<const char*>(protocol), size) : "");
   }
-  auto slot = std::make_unique<SessionSlot>(SessionSlot{std::move(sessions), std::move(key)});
+  auto slot = std::make_unique<SessionSlot>(
+      SessionSlot{std::move(sessions), std::move(key), offered.verified});
   if (SSL_set_ex_data(ssl, session_slot_index(), slot.get()) != 1) {
     return openssl_error("SSL_set_ex_data", slot->key);
   }

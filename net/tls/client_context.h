@@ -4,6 +4,8 @@
 // is also sent as SNI. ALPN upstream is negotiated independently of the sandbox side.
 #pragma once
 
+#include <chrono>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <memory>
@@ -35,21 +37,30 @@ Result<void> configure_upstream_ssl(SSL* ssl, std::string_view host);
 // Upstream sessions to resume, by key (host, port, ALPN offer): a second connection to a host
 // resumes its session and skips decoding and verifying the certificate chain, the bulk of a
 // full handshake's client cost in OpenSSL 3.0. TLS 1.3 only. A session is offered once (RFC 8446
-// C.4: a ticket reused links connections); each connection's server sends fresh ones. Not
-// thread-safe: the engine keeps one per sandbox, on the sandbox's strand, so no sandbox can learn
-// from resumption timing which hosts another one visited.
+// C.4: a ticket reused links connections); each connection's server sends fresh ones. Each
+// session carries when the certificate chain it rests on was verified: a resumed connection's
+// new sessions inherit that time, so however long a chain of resumptions, the chain is verified
+// again in a full handshake kVerifiedFor after the last one (a server's ticket may live 7 days).
+// Not thread-safe: the engine keeps one per sandbox, on the sandbox's strand, so no sandbox can
+// learn from resumption timing which hosts another one visited.
 class UpstreamSessions {
  public:
-  // A usable (resumable, not expired) session for `key`, taken out of the cache; null if none.
-  SslSessionPtr take(const std::string& key);
-  void put(const std::string& key, SslSessionPtr session);
+  static constexpr std::chrono::seconds kVerifiedFor{3600};
+  struct Cached {
+    SslSessionPtr session;
+    std::time_t verified = 0;  // the full handshake that verified the certificate chain
+  };
+  // A usable session for `key` (resumable, not expired, verified less than kVerifiedFor ago),
+  // taken out of the cache; a null session if none.
+  Cached take(const std::string& key);
+  void put(const std::string& key, SslSessionPtr session, std::time_t verified);
   // Drops every session under `key`: its server no longer chooses as they say.
   void forget(const std::string& key) { sessions_.erase(key); }
 
  private:
   static constexpr size_t kMaxKeys = 256;
   static constexpr size_t kMaxPerKey = 4;
-  std::map<std::string, std::deque<SslSessionPtr>> sessions_;
+  std::map<std::string, std::deque<Cached>> sessions_;
 };
 
 // Offers `ssl` a session of `sessions` under `key`, and files there the sessions its server

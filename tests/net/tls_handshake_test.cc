@@ -286,6 +286,25 @@ TEST_F(TlsHandshake, UpstreamSessionsResumeEachNextConnectionUnderTheirKeyOnly) 
   // Each offered session names the protocol its connection chose (both sides prefer h2).
   EXPECT_EQ(last_alpns, (std::vector<std::optional<std::string>>{std::nullopt, "h2", "h2", "h2"}));
   EXPECT_FALSE(connect("upstream.test:8443 h2").resumed) << "another port's key";
+  // A resumed connection's sessions keep the time of the full handshake its chain was verified
+  // in: the chain is verified again once that is kVerifiedFor old, however often it resumed.
+  const std::string key = "upstream.test:443 h2";
+  const std::time_t long_ago = std::time(nullptr) - UpstreamSessions::kVerifiedFor.count() + 30;
+  // Each time one session alone is left under the key, with the time under test.
+  UpstreamSessions::Cached cached = sessions->take(key);
+  ASSERT_TRUE(cached.session);
+  sessions->forget(key);
+  sessions->put(key, std::move(cached.session), long_ago);
+  EXPECT_TRUE(connect(key).resumed);
+  cached = sessions->take(key);
+  ASSERT_TRUE(cached.session);
+  EXPECT_EQ(cached.verified, long_ago) << "inherited, not the resumption's time";
+  sessions->forget(key);
+  sessions->put(key, std::move(cached.session), long_ago - 60);
+  EXPECT_FALSE(connect(key).resumed) << "verified over kVerifiedFor ago: a full handshake";
+  cached = sessions->take(key);
+  ASSERT_TRUE(cached.session);
+  EXPECT_GE(cached.verified, long_ago + 30) << "that full handshake verified it now";
   // The engine's own server issues no tickets: nothing to resume.
   auto quiet = std::make_shared<UpstreamSessions>();
   for (int i = 0; i < 2; ++i) {
@@ -313,33 +332,44 @@ TEST(UpstreamSessionsCache, TakesEachOnceWithinItsBoundsAndSkipsUnusableOnes) {
     SSL_SESSION_set_timeout(made.get(), 300);
     return made;
   };
+  const std::time_t now = std::time(nullptr);
   UpstreamSessions cache;
-  EXPECT_EQ(cache.take("a"), nullptr);
+  auto taken = [&](const std::string& key) { return cache.take(key).session.get(); };
+  EXPECT_EQ(taken("a"), nullptr);
   std::vector<SSL_SESSION*> put;
   for (int i = 0; i < 5; ++i) {
     SslSessionPtr made = session();
     put.push_back(made.get());
-    cache.put("a", std::move(made));
+    cache.put("a", std::move(made), now);
   }
-  for (int i = 4; i >= 1; --i) EXPECT_EQ(cache.take("a").get(), put[i]) << "newest first";
-  EXPECT_EQ(cache.take("a"), nullptr) << "4 kept per key: the oldest went";
+  for (int i = 4; i >= 1; --i) EXPECT_EQ(taken("a"), put[i]) << "newest first";
+  EXPECT_EQ(taken("a"), nullptr) << "4 kept per key: the oldest went";
 
-  cache.put("b", session(/*age_seconds=*/301));
-  cache.put("b", session(0, /*resumable=*/false));
-  EXPECT_EQ(cache.take("b"), nullptr) << "expired and unresumable are skipped";
+  cache.put("b", session(/*age_seconds=*/301), now);
+  cache.put("b", session(0, /*resumable=*/false), now);
+  EXPECT_EQ(taken("b"), nullptr) << "expired and unresumable are skipped";
+
+  // A live ticket on a chain verified over an hour ago: verified again in a full handshake.
+  const auto verified_for = UpstreamSessions::kVerifiedFor.count();
+  cache.put("v", session(), now - verified_for - 1);
+  EXPECT_EQ(taken("v"), nullptr) << "its verification is too old";
+  cache.put("v", session(), now - verified_for + 60);
+  const UpstreamSessions::Cached recent = cache.take("v");
+  EXPECT_NE(recent.session, nullptr);
+  EXPECT_EQ(recent.verified, now - verified_for + 60);
 
   SslSessionPtr first = session();
-  cache.put("key-0", std::move(first));
-  for (int i = 1; i <= 256; ++i) cache.put("key-" + std::to_string(i), session());
-  EXPECT_EQ(cache.take("key-0"), nullptr) << "256 keys: one made room";
-  EXPECT_NE(cache.take("key-256"), nullptr);
+  cache.put("key-0", std::move(first), now);
+  for (int i = 1; i <= 256; ++i) cache.put("key-" + std::to_string(i), session(), now);
+  EXPECT_EQ(taken("key-0"), nullptr) << "256 keys: one made room";
+  EXPECT_NE(taken("key-256"), nullptr);
 
-  cache.put("c", session());
-  cache.put("c", session());
-  cache.put("d", session());
+  cache.put("c", session(), now);
+  cache.put("c", session(), now);
+  cache.put("d", session(), now);
   cache.forget("c");
-  EXPECT_EQ(cache.take("c"), nullptr) << "forget drops every session of the key";
-  EXPECT_NE(cache.take("d"), nullptr) << "and no other key's";
+  EXPECT_EQ(taken("c"), nullptr) << "forget drops every session of the key";
+  EXPECT_NE(taken("d"), nullptr) << "and no other key's";
 }
 
 // A full handshake with a cached leaf (ECDHE + one ECDSA signature each way), including the
