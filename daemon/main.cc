@@ -276,11 +276,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  // The floor: this host's addresses and hutchd's TCP port (an unparsed host, a name, closes
-  // the port on every address).
-  auto own_addresses = hutch::daemon::service::host_addresses();
-  if (!own_addresses) return fail(own_addresses.error().message());
-  network.floor.host_addresses = std::move(*own_addresses);
+  // The floor: this host's addresses, kept current by the network service, and hutchd's TCP
+  // port (an unparsed host, a name, closes the port on every address).
+  network.watch_host_addresses = true;
   if (options.tcp_host) {
     auto address = hutch::net::Address::parse(*options.tcp_host);
     network.floor.daemon_endpoints.push_back(

@@ -90,9 +90,10 @@ bool is_unspecified(const Address& address) {
 
 std::optional<std::string> Floor::refuse_address(const Address& address) const {
   const std::optional<Address> inner = address.embedded_v4();
+  const std::shared_ptr<const std::vector<Address>> host = config_.host_addresses->get();
   for (const Address& form : {address, inner.value_or(address)}) {
     if (auto reason = refuse_range(form)) return reason;
-    for (const Address& own : config_.host_addresses) {
+    for (const Address& own : *host) {
       if (own == form || own.embedded_v4() == form) return "floor: host address";
     }
   }

@@ -3,7 +3,9 @@
 // ranges that only an explicit CIDR allow opens. The policy engine asks it before any rule.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,10 +23,27 @@ struct DaemonEndpoint {
   uint16_t port = 0;
 };
 
+// The host's own addresses, shared by every copy of a floor made from one config and replaced
+// whole when the host's interfaces change (hutchd watches them: host_address_watch.h), while
+// the engine's threads read them.
+class HostAddresses {
+ public:
+  HostAddresses() = default;
+  explicit HostAddresses(std::vector<Address> list) { set(std::move(list)); }
+  std::shared_ptr<const std::vector<Address>> get() const { return list_.load(); }
+  void set(std::vector<Address> list) {
+    list_.store(std::make_shared<const std::vector<Address>>(std::move(list)));
+  }
+
+ private:
+  std::atomic<std::shared_ptr<const std::vector<Address>>> list_{
+      std::make_shared<const std::vector<Address>>()};
+};
+
 // What the floor knows of the host it runs on, given as data (the engine reads the host's
 // interfaces and hutchd's listeners; tests give their own).
 struct FloorConfig {
-  std::vector<Address> host_addresses;
+  std::shared_ptr<HostAddresses> host_addresses = std::make_shared<HostAddresses>();
   std::vector<DaemonEndpoint> daemon_endpoints;
 };
 

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
@@ -108,26 +107,6 @@ Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
   return std::optional<net::UpstreamProxy>(std::move(proxy));
 }
 
-Result<std::vector<net::Address>> host_addresses() {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return sys_error("getifaddrs", "the host's addresses");
-  std::vector<net::Address> out;
-  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr) continue;
-    if (it->ifa_addr->sa_family == AF_INET) {
-      const auto* in4 = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
-      out.push_back(net::Address::v4(ntohl(in4->sin_addr.s_addr)));
-    } else if (it->ifa_addr->sa_family == AF_INET6) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
-      std::array<uint8_t, 16> bytes{};
-      std::memcpy(bytes.data(), &in6->sin6_addr, bytes.size());
-      out.push_back(net::Address::v6(bytes));
-    }
-  }
-  ::freeifaddrs(list);
-  return out;
-}
-
 NetworkService::NetworkService(NetworkOptions options, Metrics& metrics, UniqueFd upstream_netns)
     : options_(std::move(options)),
       metrics_(metrics),
@@ -145,6 +124,10 @@ Result<std::unique_ptr<NetworkService>> NetworkService::create(NetworkOptions op
   }
   std::unique_ptr<NetworkService> service(
       new NetworkService(std::move(options), metrics, std::move(upstream)));
+  if (service->options_.watch_host_addresses) {
+    service->host_watch_ =
+        HUTCH_TRY(HostAddressWatch::start(service->options_.floor.host_addresses));
+  }
   net::EngineOptions engine;
   engine.floor = net::Floor(service->options_.floor);
   if (!service->options_.static_names.empty())

@@ -20,6 +20,7 @@
 #include "daemon/metrics.h"
 #include "daemon/service/egress_pool.h"
 #include "daemon/service/error.h"
+#include "daemon/service/host_address_watch.h"
 #include "daemon/service/sandbox_trust.h"
 #include "daemon/service/secrets.h"
 #include "net/engine/engine.h"
@@ -45,9 +46,11 @@ ServiceResult<void> check_mode_change(const net::Policy& current, const net::Pol
 
 struct NetworkOptions {
   net::Mode default_mode = net::Mode::kLoopback;  // --default-network
-  // The floor's view of this host: its addresses (host_addresses() below) and hutchd's TCP
-  // listener, if any.
+  // The floor's view of this host: its addresses and hutchd's TCP listener, if any.
   net::FloorConfig floor;
+  // Keep floor.host_addresses current while the service runs (host_address_watch.h: read at
+  // create, then at each change the kernel announces). Off: they stay as given (tests).
+  bool watch_host_addresses = false;
   // Tests only (HUTCH_TEST_NET=1): upstreams are dialled from this network namespace, and names
   // resolve from this table (never the host's resolver).
   std::string upstream_netns;
@@ -80,9 +83,6 @@ ServiceResult<void> check_inject_secrets(const net::Policy& policy, const Secret
 Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
     const std::string& url, const std::string& no_proxy, const std::string& secret,
     SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names);
-
-// The host's own addresses (getifaddrs), for the floor.
-Result<std::vector<net::Address>> host_addresses();
 
 // A decision as the log API lists it, numbered per sandbox from 1 (follow mode resumes after a
 // number).
@@ -196,6 +196,7 @@ class NetworkService {
 
   NetworkOptions options_;
   Metrics& metrics_;
+  std::unique_ptr<HostAddressWatch> host_watch_;  // when options_.watch_host_addresses
   UniqueFd upstream_netns_;  // borrowed by the engine (EngineOptions::upstream_netns_fd)
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;

@@ -26,6 +26,7 @@
 #include "daemon/zygote.h"
 #include "runtime/cgroup/plan.h"
 #include "tests/common/must_work.h"
+#include "tests/common/netns.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait.h"
 
@@ -89,6 +90,38 @@ mode_t mode_of(const std::string& path) {
   struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path;
   return st.st_mode & 07777;
+}
+
+// An address the host gets or loses while hutchd runs is in the floor, or out of it, at once:
+// watched in a network namespace of the test's, whose lo gets and loses them.
+TEST(HostAddressWatchTest, AnAddressAddedOrRemovedIsInTheFloorAtOnce) {
+  HUTCH_REQUIRE_ROOT();
+  HUTCH_REQUIRE(::access("/usr/sbin/ip", X_OK) == 0, "/usr/sbin/ip is not installed");
+  UniqueFd netns = testing::new_netns();
+  HUTCH_REQUIRE(netns, "unshare(CLONE_NEWNET) failed");
+  ASSERT_TRUE(testing::run_in(netns.get(), {"/usr/sbin/ip", "link", "set", "lo", "up"}));
+  auto addresses = std::make_shared<net::HostAddresses>();
+  const net::Floor floor(net::FloorConfig{addresses, {}});
+  auto watch = HostAddressWatch::start(addresses, netns.get());
+  ASSERT_TRUE(watch) << watch.error().message();
+  EXPECT_EQ(addresses->get()->size(), 2u) << "lo's 127.0.0.1 and ::1, read at start";
+  const auto v4 = *net::Address::parse("203.0.113.77");
+  const auto v6 = *net::Address::parse("2001:db8::77");
+  const auto refused = [&](const net::Address& address) {
+    return floor.refuse_address(address).value_or("") == "floor: host address";
+  };
+  EXPECT_FALSE(refused(v4));
+  ASSERT_TRUE(testing::run_in(netns.get(),
+                              {"/usr/sbin/ip", "addr", "add", "203.0.113.77/32", "dev", "lo"}));
+  ASSERT_TRUE(testing::run_in(
+      netns.get(), {"/usr/sbin/ip", "addr", "add", "2001:db8::77/128", "dev", "lo", "nodad"}));
+  EXPECT_TRUE(testing::wait_until([&] { return refused(v4) && refused(v6); }, 5s,
+                                  "the new addresses in the floor"));
+  ASSERT_TRUE(testing::run_in(netns.get(),
+                              {"/usr/sbin/ip", "addr", "del", "203.0.113.77/32", "dev", "lo"}));
+  EXPECT_TRUE(testing::wait_until([&] { return !refused(v4); }, 5s, "the address out of it"));
+  EXPECT_TRUE(refused(v6));
+  watch->reset();  // the thread stops and joins
 }
 
 // What hutchd keeps of a sandbox's CA: modes that keep the key to hutchd, and the same CA and

@@ -93,16 +93,25 @@ TEST(FloorTest, NamesPrivateRanges) {
 }
 
 TEST(FloorTest, RefusesTheHostsOwnAddresses) {
-  const Floor floor(FloorConfig{{addr("203.0.113.5"), addr("2001:db8::5")}, {}});
+  const Floor floor(FloorConfig{
+      std::make_shared<HostAddresses>(std::vector{addr("203.0.113.5"), addr("2001:db8::5")}), {}});
   EXPECT_EQ(refused(floor, "203.0.113.5"), "floor: host address");
   EXPECT_EQ(refused(floor, "::ffff:203.0.113.5"), "floor: host address");
   EXPECT_EQ(refused(floor, "64:ff9b::203.0.113.5"), "floor: host address");
   EXPECT_EQ(refused(floor, "2001:db8::5"), "floor: host address");
   EXPECT_EQ(refused(floor, "203.0.113.6"), "");
+  // Every copy of a floor shares its config's addresses, replaced whole when the host's change.
+  auto host = std::make_shared<HostAddresses>(std::vector{addr("203.0.113.5")});
+  const Floor first{FloorConfig{host, {}}};
+  const Floor copy = first;
+  host->set({addr("203.0.113.6")});
+  EXPECT_EQ(refused(copy, "203.0.113.6"), "floor: host address");
+  EXPECT_EQ(refused(copy, "203.0.113.5"), "");
 }
 
 TEST(FloorTest, RefusesHutchdPorts) {
-  const Floor floor(FloorConfig{{}, {{addr("0.0.0.0"), 7420}, {addr("198.51.100.1"), 8443}}});
+  const Floor floor(
+      FloorConfig{.daemon_endpoints = {{addr("0.0.0.0"), 7420}, {addr("198.51.100.1"), 8443}}});
   EXPECT_EQ(refused(floor, "1.1.1.1", 7420), "floor: hutchd port") << "wildcard: every address";
   EXPECT_EQ(refused(floor, "2606:4700::1", 7420), "floor: hutchd port");
   EXPECT_EQ(refused(floor, "1.1.1.1", 7421), "");

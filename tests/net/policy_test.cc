@@ -278,10 +278,11 @@ TEST(DecideTest, FloorBeatsEveryRule) {
   Policy open;
   open.mode = Mode::kOpen;
   EXPECT_EQ(connect(open, std::nullopt, "169.254.169.254", 80).reason, "floor: cloud metadata");
-  EXPECT_EQ(
-      connect(open, std::nullopt, "203.0.113.9", 22, Floor(FloorConfig{{addr("203.0.113.9")}, {}}))
-          .reason,
-      "floor: host address");
+  EXPECT_EQ(connect(open, std::nullopt, "203.0.113.9", 22,
+                    Floor(FloorConfig{
+                        std::make_shared<HostAddresses>(std::vector{addr("203.0.113.9")}), {}}))
+                .reason,
+            "floor: host address");
 }
 
 TEST(DecideTest, PrivateRangesNeedAnExplicitCidrAllow) {
@@ -394,7 +395,8 @@ TEST(DecideNameTest, AnswersOnlyAllowedNames) {
 
 TEST(RebindingTest, ResolvedAddressesAreChecked) {
   const Policy policy = filtered({"*.example.com", "10.9.0.0/16"}, {"203.0.113.66"});
-  const Floor floor(FloorConfig{{addr("198.51.100.1")}, {}});
+  const Floor floor(
+      FloorConfig{std::make_shared<HostAddresses>(std::vector{addr("198.51.100.1")}), {}});
   EXPECT_TRUE(check_resolved(policy, floor, "a.example.com", addr("93.184.215.14")).allowed);
   for (const char* evil :
        {"127.0.0.1", "::1", "::ffff:127.0.0.1", "169.254.169.254", "fd00:ec2::254", "0.0.0.0",
