@@ -5,6 +5,7 @@
 #include <array>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "net/egress_path.h"
@@ -80,6 +81,13 @@ std::string egress_ruleset(std::span<const Cidr> floor) {
 }
 
 Result<void> run_nft(std::string_view commands) {
+  // One context at a time in the process: libnftables is not thread-safe (its interface cache
+  // and its first nft_ctx_new's setup are the process's, unlocked). hutchd calls this from the
+  // egress pool's thread, from a create that finds the pool empty and from a bake's; at once,
+  // they failed with "Interface does not exist" or crashed with a double free
+  // (EgressPathThreads.PathsInstalledFromSeveralThreadsAtOnceAreEachWhole).
+  static std::mutex one_at_a_time;
+  std::lock_guard lock(one_at_a_time);
   std::unique_ptr<nft_ctx, NftCtxFree> ctx(nft_ctx_new(NFT_CTX_DEFAULT));
   if (!ctx) return plain_error("nft_ctx_new", "out of memory");
   // Errors into a buffer (not stderr), to be returned; output (there is none) likewise.

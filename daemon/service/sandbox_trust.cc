@@ -203,8 +203,9 @@ Result<std::shared_ptr<net::tls::SandboxCa>> announce_next_ca(const std::string&
   const std::string dir = trust_dir_of(sandbox_dir);
   // A subject of its own (with its date), beside the CAs before it in the same bundle.
   const std::time_t now = std::time(nullptr);
+  std::tm utc{};
   char made[32];
-  std::strftime(made, sizeof made, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::strftime(made, sizeof made, "%Y-%m-%dT%H:%M:%SZ", ::gmtime_r(&now, &utc));
   std::shared_ptr<net::tls::SandboxCa> next = HUTCH_TRY(
       net::tls::SandboxCa::create({.label = std::string("from ") + made, .validity = validity}));
   const std::string path = dir + "/" + kNextFile;
