@@ -35,20 +35,6 @@ constexpr const char* kVethPeer = "hutch1";
 constexpr uint32_t kVethV4 = 0xc0000008;  // 192.0.0.8
 constexpr std::array<uint8_t, 16> kVethV6{0x01, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
-// Runs `body` with the calling thread in the network namespace `netns_fd`, and brings the thread
-// back to its own namespace on every path.
-template <class Body>
-auto in_netns(int netns_fd, Body&& body) -> decltype(body()) {
-  UniqueFd own(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!own) return sys_error("open", "/proc/thread-self/ns/net");
-  if (setns(netns_fd, CLONE_NEWNET) != 0) {
-    return sys_error("setns", "CLONE_NEWNET fd " + std::to_string(netns_fd));
-  }
-  auto result = body();
-  if (setns(own.get(), CLONE_NEWNET) != 0) return sys_error("setns", "back to the own netns");
-  return result;
-}
-
 // The owner of a namespace the host's user namespace does not own can administer it (its root
 // could flush the rules): refused.
 Result<void> check_owned_by_us(int netns_fd) {
@@ -194,11 +180,11 @@ Destination to_destination(const sockaddr_storage& storage) {
 
 Result<void> install_egress_path(int netns_fd) {
   HUTCH_TRY(check_owned_by_us(netns_fd));
-  return in_netns(netns_fd, install_here);
+  return run_in_netns(netns_fd, install_here);
 }
 
 Result<EgressListeners> bind_egress_listeners(int netns_fd) {
-  return in_netns(netns_fd, bind_here);
+  return run_in_netns(netns_fd, bind_here);
 }
 
 Result<Destination> original_destination(int accepted_fd) {
@@ -225,7 +211,7 @@ Result<Destination> original_destination(int accepted_fd) {
 }
 
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type, int protocol) {
-  return in_netns(netns_fd, [&] { return make_socket(domain, type, protocol); });
+  return run_in_netns(netns_fd, [&] { return make_socket(domain, type, protocol); });
 }
 
 }  // namespace hutch::net

@@ -12,7 +12,11 @@
 // QUIC falls back to TCP).
 #pragma once
 
+#include <fcntl.h>
+#include <sched.h>
+
 #include <cstdint>
+#include <string>
 
 #include "net/address.h"
 #include "runtime/base/error.h"
@@ -56,5 +60,19 @@ Result<Destination> original_destination(int accepted_fd);
 // made in): the engine's upstream sockets in a test's namespace, hutchd's connections to a
 // sandbox's own ports.
 Result<UniqueFd> socket_in_netns(int netns_fd, int domain, int type, int protocol = 0);
+
+// Runs `body` (returning a Result) with the calling thread in the network namespace `netns_fd`,
+// and brings the thread back to its own namespace on every path.
+template <class Body>
+auto run_in_netns(int netns_fd, Body&& body) -> decltype(body()) {
+  UniqueFd own(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  if (!own) return sys_error("open", "/proc/thread-self/ns/net");
+  if (setns(netns_fd, CLONE_NEWNET) != 0) {
+    return sys_error("setns", "CLONE_NEWNET fd " + std::to_string(netns_fd));
+  }
+  auto result = body();
+  if (setns(own.get(), CLONE_NEWNET) != 0) return sys_error("setns", "back to the own netns");
+  return result;
+}
 
 }  // namespace hutch::net

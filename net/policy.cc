@@ -328,9 +328,11 @@ Decision decide_unresolved(const Policy& policy, std::string_view name, uint16_t
       return allowed(rule.to_string(), "allowed by rule \"" + rule.to_string() + "\"");
     }
   }
-  for (const Rule& rule : policy.allow) {
-    if (!http_or_tls && web_port(port) && name_matches(rule, *normal) && !rule.port)
-      return denied("default", *port_to_name(&rule, *normal, port));
+  if (!http_or_tls && web_port(port)) {
+    for (const Rule& rule : policy.allow) {
+      if (!rule.port && name_matches(rule, *normal))
+        return denied("default", *port_to_name(&rule, *normal, port));
+    }
   }
   return denied("default", "no allow rule names " + *normal + ":" + std::to_string(port) +
                                " (a name the host cannot resolve needs a rule naming it)");

@@ -14,8 +14,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <optional>
-#include <string>
 
 #include "net/egress_path.h"
 
@@ -58,18 +56,9 @@ Result<std::unique_ptr<HostAddressWatch>> HostAddressWatch::start(
   watch->stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!watch->stop_) return sys_error("eventfd", "the host address watch");
   // Read after subscribing: a change meanwhile is announced too, and read again.
-  std::optional<Result<std::vector<net::Address>>> now;
-  if (netns >= 0) {
-    // On a thread of its own: setns moves the calling thread for good.
-    std::thread([&] {
-      now = ::setns(netns, CLONE_NEWNET) == 0
-                ? host_addresses()
-                : sys_error("setns", "CLONE_NEWNET fd " + std::to_string(netns));
-    }).join();
-  } else {
-    now = host_addresses();
-  }
-  addresses->set(HUTCH_TRY(std::move(*now)));
+  auto now =
+      netns >= 0 ? net::run_in_netns(netns, [] { return host_addresses(); }) : host_addresses();
+  addresses->set(HUTCH_TRY(std::move(now)));
   watch->thread_ = std::thread([raw = watch.get(), addresses = std::move(addresses)]() mutable {
     raw->run(std::move(addresses));
   });
