@@ -345,7 +345,8 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
       std::make_shared<SandboxContext>(sandbox, asio::make_strand(impl_->io), impl_->options,
                                        impl_->log, impl_->resolver, impl_->gate);
   if (injection) {
-    context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
+    // Loading the host's trust store costs ~20 ms: only a policy with inject rules terminates.
+    if (!policy.inject.empty()) context->upstream_tls = HUTCH_TRY(impl_->upstream_context());
     context->ca = std::move(injection->ca);
     context->placeholder_key = injection->placeholder_key;
   }
@@ -415,6 +416,14 @@ Result<void> Engine::attach(const std::string& sandbox, EgressListeners listener
 Result<void> Engine::set_policy(const std::string& sandbox, Policy policy) {
   auto context = impl_->find(sandbox);
   if (!context) return kind_error(ErrorKind::kNotFound, "engine set_policy", sandbox);
+  // The first policy with inject rules brings the upstreams' TLS client (attach left it out),
+  // on the strand before the policy that uses it is seen there.
+  if (!policy.inject.empty()) {
+    auto upstream_tls = HUTCH_TRY(impl_->upstream_context());
+    Impl::run_on(context, [&] {
+      if (context->ca && !context->upstream_tls) context->upstream_tls = std::move(upstream_tls);
+    });
+  }
   auto shared = std::make_shared<const Policy>(std::move(policy));
   std::lock_guard lock(context->mutex);
   context->policy = std::move(shared);

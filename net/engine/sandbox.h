@@ -55,7 +55,8 @@ struct SandboxContext {
   const std::shared_ptr<Gate> gate;
 
   // Credential injection, set before the listeners start: the sandbox's CA (replaced on the
-  // strand by replace_ca, at a rotation), the TLS client for upstreams, the placeholders' key.
+  // strand by replace_ca, at a rotation), the TLS client for upstreams (set on the strand by the
+  // first policy with inject rules, when attach's had none), the placeholders' key.
   // `ca` null: the sandbox has no CA and nothing of it is terminated.
   std::shared_ptr<tls::SandboxCa> ca;
   std::shared_ptr<asio::ssl::context> upstream_tls;

@@ -223,6 +223,33 @@ TEST_F(InjectEngine,
   EXPECT_FALSE(any_log_holds_secret());
 }
 
+// A sandbox attached with a CA but no inject rule has no upstream TLS client (loading the host's
+// trust store costs ~20 ms, which `hutch run --net` would pay on every run): its TLS passes
+// through. The first policy with inject rules brings the client, and the next connection to a
+// rule's host is terminated with the secret injected.
+TEST_F(InjectEngine, InjectRulesAddedLaterToASandboxAttachedWithoutThemAreApplied) {
+  engine_->detach("sb");
+  Policy without = inject_policy();
+  without.inject.clear();
+  ASSERT_NO_FATAL_FAILURE(testing::attach_sandbox(*engine_, sandbox_ns_.get(), without, {},
+                                                  SandboxInjection{cas_.sandbox, key_}));
+  const auto passed = curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.upstream_path,
+                           {"-H", "Authorization: Bearer " + placeholder_});
+  ASSERT_EQ(passed.exit_code, 0) << passed.err << " (the upstream's own certificate)";
+  ASSERT_EQ(api_->heads().size(), 1u);
+  EXPECT_NE(api_->heads()[0].find(placeholder_), std::string::npos) << "not terminated";
+
+  ASSERT_TRUE(engine_->set_policy("sb", inject_policy()));
+  const auto got = curl({"https://api.test/v1/chat"}, "api.test", kApi, cas_.sandbox_path,
+                        {"-H", "Authorization: Bearer " + placeholder_});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(got.out, "ok");
+  ASSERT_EQ(api_->heads().size(), 2u);
+  EXPECT_NE(api_->heads()[1].find("\r\nAuthorization: Bearer " + std::string(kSecret) + "\r\n"),
+            std::string::npos)
+      << api_->heads()[1];
+}
+
 // The engine's upstream leg resumes its TLS session on the next connection to the same host
 // (OpenSSL's SSL_session_reused, logged), each ticket once, and still injects every time.
 TEST_F(InjectEngine, NextConnectionsToATerminatedHostResumeTheUpstreamSession) {
