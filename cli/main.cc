@@ -31,63 +31,7 @@ int main(int argc, char** argv) {
                  "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
 
   RunOptions options;
-  CLI::App* run_cmd =
-      app.add_subcommand("run", "Run a command in a new sandbox, then remove the sandbox");
-  run_cmd->add_option("--rootfs", options.rootfs,
-                      "\"host\" (embedded default), a rootfs directory, recipe:NAME or image:NAME");
-  run_cmd
-      ->add_option("--layer", options.layers,
-                   "Read-only layer DIR above the rootfs, topmost first (repeatable): a captured "
-                   "upper dir")
-      ->allow_extra_args(false);
-  run_cmd->add_option("--upper-dir", options.upper_dir,
-                      "Keep the writable layer in DIR/upper (not a tmpfs) after the run");
-  run_cmd->add_option("--timeout", options.timeout,
-                      "Kill the whole sandbox after DURATION (30s, 500ms, 2m); exit 124");
-  run_cmd
-      ->add_option("--env", options.env,
-                   "K=V for the sandbox (repeatable); the host environment is never inherited")
-      ->allow_extra_args(false);
-  run_cmd->add_option("--workdir", options.workdir,
-                      "Working directory inside (created if missing)");
-  run_cmd->add_option("--hostname", options.hostname, "Hostname inside");
-  run_cmd->add_option("--net", options.net, "none | loopback (default: new netns with loopback up)")
-      ->check(CLI::Validator(
-          [](const std::string& net) -> std::string {
-            if (net == "none" || net == "loopback") return "";
-            // Egress goes through hutchd's engine, which this one-shot process does not run.
-            if (net == "filtered" || net == "open")
-              return net + " needs hutchd's network engine: hutch create --net " + net +
-                     " (rules: PUT /v1/sandboxes/ID/network), then hutch exec ID -- CMD";
-            return "none or loopback, not \"" + net + "\"";
-          },
-          "none|loopback"));
-  run_cmd
-      ->add_option("--bind", options.binds,
-                   "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
-      ->allow_extra_args(false);
-  run_cmd->add_option("--uid", options.uid, "User id inside (default 0)");
-  run_cmd->add_option("--gid", options.gid, "Group id inside (default 0)");
-  run_cmd->add_option("--id-base", options.id_base, "Host id that the sandbox's id 0 maps to");
-  run_cmd->add_option("--id-count", options.id_count, "How many ids are mapped");
-  run_cmd->add_option("--disk", options.disk, "Cap of the writable layer and of /tmp (default 1G)");
-  run_cmd->add_option("--memory", options.memory,
-                      "Memory limit (512M, 2G); swap off; OOM kill -> exit 137");
-  run_cmd->add_option("--pids", options.pids, "Maximum number of processes and threads")
-      ->check(CLI::Range(1, 4194304));
-  run_cmd->add_option("--cpus", options.cpus, "CPU time limit in CPUs (0.5 = half of one CPU)")
-      ->check(CLI::Range(0.001, 4096.0));
-  run_cmd->add_option("--cpu-weight", options.cpu_weight, "CPU weight 1..10000 (default 100)")
-      ->check(CLI::Range(1, 10000));
-  run_cmd->add_option("--cgroup-parent", options.cgroup_parent,
-                      "Parent cgroup hutch owns at each hierarchy's root (default hutch)");
-  run_cmd->add_flag(
-      "--no-limits", options.no_limits,
-      "No cgroup at all: no default limits, no cgroup stats (trusted workloads only)");
-  run_cmd->add_option("--seccomp-profile", options.seccomp_profile,
-                      "Seccomp profile JSON (default: built-in)");
-  run_cmd->add_flag("--json", options.json, "Print a result record as the last line of stdout");
-  run_cmd->add_option("command", options.command, "CMD [ARGS...] (after --)")->required();
+  CLI::App* run_cmd = add_run_command(app, options);
 
   bool info_json = false;
   CLI::App* info_cmd = app.add_subcommand("info", "Report the kernel features hutch uses");
@@ -133,7 +77,14 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : kExitRuntimeFailure;
   }
-  if (run_cmd->parsed()) return run(options, state_dir);
+  if (run_cmd->parsed()) {
+    if (auto checked = check_run_net_options(options); !checked) return fail(checked.error());
+    // Egress goes through the network engine, which hutch-egress runs beside the sandbox: it
+    // links OpenSSL, Boost.Asio and libnftables (shared only), and hutch stays static.
+    if (run_needs_egress(options))
+      return exec_companion(argv, "hutch-egress", "hutch run --net filtered|open");
+    return run(options, state_dir);
+  }
   recipe.name_given = build_cmd->count("--name") > 0;
   if (build_cmd->parsed()) return recipe_build(recipe, state_dir);
   if (recipe_ls_cmd->parsed()) return recipe_list(recipe.json, state_dir);

@@ -120,10 +120,8 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   return spec;
 }
 
-int run(const RunOptions& options, const std::string& state_dir) {
-  auto spec = make_spec(options, state_dir);
-  if (!spec) return fail(spec.error());
-  auto result = run_sandbox(*spec);
+int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns) {
+  auto result = run_sandbox(spec, std::move(netns));
   if (!result) {
     if (options.json) {
       std::printf(
@@ -139,6 +137,12 @@ int run(const RunOptions& options, const std::string& state_dir) {
   int status = exit_status(*result);
   if (options.json) print_json(*result, status);
   return status;
+}
+
+int run(const RunOptions& options, const std::string& state_dir) {
+  auto spec = make_spec(options, state_dir);
+  if (!spec) return fail(spec.error());
+  return run_spec(options, *spec);
 }
 
 }  // namespace hutch::cli

@@ -10,8 +10,13 @@
 #include <vector>
 
 #include "runtime/base/error.h"
+#include "runtime/base/unique_fd.h"
 #include "runtime/cgroup/plan.h"
 #include "runtime/spec.h"
+
+namespace CLI {
+class App;
+}
 
 namespace hutch::cli {
 
@@ -51,11 +56,30 @@ struct RunOptions {
   std::string seccomp_profile;
   bool json = false;
   std::vector<std::string> command;
+  // --net filtered|open only: hutch-egress serves those runs (cli/egress/run_egress.h).
+  std::vector<std::string> allow, deny;  // rules (net/policy.h)
+  std::string net_policy;                // a JSON file: PUT .../network's body
+  std::string secrets_file;              // NAME=value lines for inject rules
+  std::vector<std::string> secret_from_env;
+  std::string net_log;  // the decisions as NDJSON, "-": stderr
+  // Tests only (HUTCH_TEST_NET=1), as hutchd's options of the same names.
+  std::string net_upstream_netns, net_upstream_ca;
+  std::vector<std::string> net_resolve;
 };
+
+// run_command.cc: the `run` subcommand and its options, shared by hutch and hutch-egress.
+CLI::App* add_run_command(CLI::App& app, RunOptions& options);
+// --net filtered or open: the run needs the network engine, in hutch-egress.
+bool run_needs_egress(const RunOptions& options);
+// Options that only filtered and open runs take, given without them: an error naming them.
+Result<void> check_run_net_options(const RunOptions& options);
 
 // The spec of a `hutch run` (or of a bake's sandbox) from its options.
 Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& state_dir);
 int run(const RunOptions& options, const std::string& state_dir);
+// Runs `spec` (in `netns` when given: a host_owned spec's) and maps the outcome to the exit
+// status, with the --json record when asked.
+int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns = {});
 
 // recipe_verbs.cc
 struct RecipeOptions {

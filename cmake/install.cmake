@@ -5,7 +5,7 @@
 include(GNUInstallDirs)
 
 install(TARGETS hutch hutchd RUNTIME DESTINATION bin)
-install(TARGETS hutch-client hutch-image hutchd-zygote hutchd-bake RUNTIME DESTINATION libexec/hutch)
+install(TARGETS hutch-client hutch-egress hutch-image hutchd-zygote hutchd-bake RUNTIME DESTINATION libexec/hutch)
 install(FILES README.md docs/api.md docs/design.md docs/security.md seccomp/default.json
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 

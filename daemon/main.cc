@@ -196,12 +196,8 @@ int main(int argc, char** argv) {
   network.upstream_ca_file = net_upstream_ca;
   network.secrets = secrets;
   for (const std::string& entry : net_resolve) {
-    size_t eq = entry.find('=');
-    auto name = hutch::net::normalize_name(entry.substr(0, eq == std::string::npos ? 0 : eq));
-    auto address = hutch::net::Address::parse(eq == std::string::npos ? "" : entry.substr(eq + 1));
-    if (eq == std::string::npos || !name || !address)
-      return fail("--net-resolve wants NAME=ADDR, got \"" + entry + "\"");
-    network.static_names[*name].push_back(*address);
+    if (auto added = hutch::daemon::service::add_static_name(network.static_names, entry); !added)
+      return fail(added.error().message());
   }
   auto proxy = hutch::daemon::service::upstream_proxy_from_options(
       net_upstream_proxy, net_no_proxy, net_upstream_proxy_secret, secrets.get(),

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/codec/connection_log.h"
 #include "daemon/errors.h"
 #include "daemon/json_codec.h"
 #include "daemon/server.h"
@@ -21,23 +22,8 @@ constexpr auto kPollWait = std::chrono::milliseconds(500);
 constexpr auto kKeepalive = std::chrono::seconds(5);
 
 json decision_json(const service::LoggedDecision& entry) {
-  const net::ConnectionLog& log = entry.log;
-  json out = {{"seq", entry.seq},
-              {"time", iso8601(log.started)},
-              {"protocol", log.protocol},
-              {"name", log.name ? json(*log.name) : json(nullptr)},
-              {"address", log.address},
-              {"port", log.port},
-              {"allowed", log.allowed},
-              {"rule", log.rule},
-              {"reason", log.reason},
-              {"bytes_up", log.bytes_up},
-              {"bytes_down", log.bytes_down},
-              {"duration_ms", log.duration_ms}};
-  if (!log.via_proxy.empty()) {
-    out["via_proxy"] = log.via_proxy;
-    out["proxy_failed"] = log.proxy_failed;
-  }
+  json out = connection_log_to_json(entry.log);
+  out["seq"] = entry.seq;
   return out;
 }
 

@@ -57,6 +57,17 @@ ServiceResult<void> check_inject_secrets(const net::Policy& policy, const Secret
   return {};
 }
 
+Result<void> add_static_name(std::map<std::string, std::vector<net::Address>>& names,
+                             std::string_view entry) {
+  const size_t eq = entry.find('=');
+  auto name = net::normalize_name(entry.substr(0, eq == std::string_view::npos ? 0 : eq));
+  auto address = net::Address::parse(eq == std::string_view::npos ? "" : entry.substr(eq + 1));
+  if (eq == std::string_view::npos || !name || !address)
+    return plain_error("--net-resolve", "wants NAME=ADDR, got \"" + std::string(entry) + "\"");
+  names[*name].push_back(*address);
+  return {};
+}
+
 Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
     const std::string& url, const std::string& no_proxy, const std::string& secret,
     SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names) {
@@ -327,8 +338,7 @@ Result<UniqueFd> NetworkService::attach_bake(const std::string& id, const net::P
   SandboxTrust trust;
   trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({.label = "bake " + id}));
   trust.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
-  HUTCH_TRY(
-      attach_listeners(id, "", policy, std::move(prepared->listeners), true, std::move(trust)));
+  HUTCH_TRY(attach_unsupervised(id, policy, std::move(prepared->listeners), std::move(trust)));
   return std::move(prepared->netns);
 }
 

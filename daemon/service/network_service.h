@@ -84,6 +84,10 @@ Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
     const std::string& url, const std::string& no_proxy, const std::string& secret,
     SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names);
 
+// Adds a test's static name, "NAME=ADDR" (--net-resolve), to `names`.
+Result<void> add_static_name(std::map<std::string, std::vector<net::Address>>& names,
+                             std::string_view entry);
+
 // A decision as the log API lists it, numbered per sandbox from 1 (follow mode resumes after a
 // number).
 struct LoggedDecision {
@@ -145,9 +149,17 @@ class NetworkService {
   Result<void> reattach(const std::string& id, const std::string& dir, const LiveSandbox& live,
                         const net::Policy& policy);
   // A recipe bake's setup.sh (RecipeService::bake): a namespace made ahead (or now, when none is
-  // ready) whose listeners are attached as `id` with `policy`, no names file (a bake is not
-  // re-adopted: a restart kills it). Returns the namespace for the bake; detach(id) after it.
+  // ready) whose listeners are attached as `id` with `policy` and a CA in memory only (nothing
+  // binds it into the bake: its layer must not hold one). Returns the namespace for the bake;
+  // detach(id) after it.
   Result<UniqueFd> attach_bake(const std::string& id, const net::Policy& policy);
+  // A sandbox nothing re-adopts and whose CA never rotates (a bake's, `hutch run --net`'s): its
+  // `listeners` (prepare_egress's) attached as `id` with `policy` and `trust`'s CA, with no
+  // names file. detach(id) after it.
+  Result<void> attach_unsupervised(const std::string& id, const net::Policy& policy,
+                                   net::EgressListeners listeners, SandboxTrust trust) {
+    return attach_listeners(id, "", policy, std::move(listeners), true, std::move(trust));
+  }
 
   // Every teardown path: the engine closes the sandbox's listeners and connections (so nothing
   // holds its namespace), and followers of its log are told it ended. Unknown: no-op.

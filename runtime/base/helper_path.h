@@ -1,6 +1,6 @@
-// Where hutch's helper executables are (hutch-client, hutch-image, hutchd-zygote, hutchd-bake):
-// beside the running binary in the build tree, or in PREFIX/libexec/hutch/ once it is installed
-// as PREFIX/bin/NAME. Both faces look their helpers up this one way.
+// Where hutch's helper executables are (hutch-client, hutch-egress, hutch-image, hutchd-zygote,
+// hutchd-bake): beside the running binary in the build tree, or in PREFIX/libexec/hutch/ once it
+// is installed as PREFIX/bin/NAME. Both faces look their helpers up this one way.
 #pragma once
 
 #include <string>

@@ -34,6 +34,7 @@
 #include "tests/common/command.h"
 #include "tests/common/dir_search.h"
 #include "tests/common/hutchd.h"
+#include "tests/common/memory_scan.h"
 #include "tests/common/must_work.h"
 #include "tests/common/processes.h"
 #include "tests/common/python_index.h"
@@ -130,52 +131,6 @@ std::string sha256_hex(std::string_view text) {
     hex += pair;
   }
   return hex;
-}
-
-// What a scan of a process's memory found: whether `needle` was there, and how many bytes were
-// read (a scan that read nothing proves nothing).
-struct MemoryScan {
-  bool found = false;
-  size_t bytes = 0;
-};
-
-// Every readable mapping of `pid` read from the host through /proc/<pid>/mem (root may: ptrace
-// access mode PTRACE_MODE_ATTACH), a window at a time. Mappings the kernel will not read
-// ([vvar], ...) are skipped, and so are address-space reserves of 64 GiB and more: the only one
-// in a sandbox is ASan's shadow in the sanitizer build (its init is forked from the instrumented
-// zygote), terabytes of metadata no process copies data into.
-MemoryScan scan_memory(pid_t pid, std::string_view needle) {
-  constexpr unsigned long kReserve = 64ul << 30;
-  constexpr size_t kWindow = 1 << 20;
-  MemoryScan scan;
-  const std::string proc = "/proc/" + std::to_string(pid);
-  UniqueFd mem(::open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!mem) return scan;
-  std::istringstream maps(slurp(proc + "/maps"));
-  // A window keeps the last needle.size() - 1 bytes of the one before: a needle across the
-  // boundary is found.
-  std::string window;
-  for (std::string line; std::getline(maps, line);) {
-    unsigned long start = 0, end = 0;
-    char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, perms) != 3 || perms[0] != 'r' ||
-        end - start >= kReserve)
-      continue;
-    window.clear();
-    for (unsigned long at = start; at < end;) {
-      const size_t kept = window.size();
-      window.resize(kept + std::min<unsigned long>(kWindow, end - at));
-      const ssize_t n =
-          ::pread(mem.get(), window.data() + kept, window.size() - kept, static_cast<off_t>(at));
-      if (n <= 0) break;
-      window.resize(kept + static_cast<size_t>(n));
-      at += static_cast<unsigned long>(n);
-      scan.bytes += static_cast<size_t>(n);
-      if (window.find(needle) != std::string::npos) scan.found = true;
-      window.erase(0, window.size() - std::min(window.size(), needle.size() - 1));
-    }
-  }
-  return scan;
 }
 
 // The regular files under `root` (not following symlinks; /proc and /sys skipped) whose inode

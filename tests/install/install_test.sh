@@ -65,14 +65,15 @@ expect_error() {
 docs=$'share/doc/hutch/README.md\nshare/doc/hutch/api.md\nshare/doc/hutch/default.json
 share/doc/hutch/design.md\nshare/doc/hutch/security.md'
 layout=$'bin/hutch\nbin/hutchd\nlib/systemd/system/hutchd.service\nlibexec/hutch/hutch-client
-libexec/hutch/hutch-image\nlibexec/hutch/hutchd-bake\nlibexec/hutch/hutchd-zygote\n'$docs
+libexec/hutch/hutch-egress\nlibexec/hutch/hutch-image\nlibexec/hutch/hutchd-bake
+libexec/hutch/hutchd-zygote\n'$docs
 
 case $mode in
   layout)
     install_prefix
     expect_files "$prefix" "$layout"
-    for f in bin/hutch bin/hutchd libexec/hutch/hutch-client libexec/hutch/hutch-image \
-      libexec/hutch/hutchd-bake libexec/hutch/hutchd-zygote; do
+    for f in bin/hutch bin/hutchd libexec/hutch/hutch-client libexec/hutch/hutch-egress \
+      libexec/hutch/hutch-image libexec/hutch/hutchd-bake libexec/hutch/hutchd-zygote; do
       [[ -x $prefix/$f ]] || fail "$f is not executable"
     done
     grep -qxF "ExecStart=$prefix/bin/hutchd --socket %t/hutch/hutchd.sock --state-dir %S/hutch" \

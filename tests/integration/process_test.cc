@@ -185,9 +185,8 @@ TEST(Process, HostileOptionsAreRefusedWithTheirCause) {
            {{"--disk", "0"}, "size"},
            {{"--uid", "70000"}, "outside the mapped range"},
            {{"--id-count", "0"}, "count"},
-           {{"--net", "host"}, "none or loopback, not \"host\""},
-           {{"--net", "filtered"}, "needs hutchd's network engine: hutch create --net filtered"},
-           {{"--net", "open"}, "hutch create --net open"},
+           {{"--net", "host"}, "--net: host not in {none,loopback,filtered,open}"},
+           {{"--allow", "pypi.org"}, "--allow needs --net filtered or open"},
        }) {
     auto r = hutch_sh("true", c.options);
     EXPECT_EQ(r.exit_code, 125) << c.options[0] << " " << c.options[1];

@@ -1,0 +1,34 @@
+// hutch-egress: `hutch run --net filtered|open`. hutch parses the command line, then execs this
+// with the same argv (cli/main.cc): the engine links OpenSSL, Boost.Asio and libnftables, which
+// is shared only, and hutch stays static.
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <string>
+
+#include "cli/egress/run_egress.h"
+#include "cli/verbs.h"
+
+int main(int argc, char** argv) {
+  using namespace hutch::cli;
+  CLI::App app{"hutch-egress: hutch run with --net filtered or open (hutch runs this)"};
+  app.require_subcommand(1);
+  std::string state_dir = "/var/lib/hutch";
+  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
+    state_dir = env;
+  app.add_option("--state-dir", state_dir,
+                 "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
+  RunOptions options;
+  add_run_command(app, options);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitRuntimeFailure;
+  }
+  if (auto checked = check_run_net_options(options); !checked) return fail(checked.error());
+  if (!run_needs_egress(options))
+    return fail(hutch::plain_error("--net", "hutch-egress runs --net filtered or open only, not " +
+                                                options.net)
+                    .error());
+  return run_with_egress(options, state_dir);
+}

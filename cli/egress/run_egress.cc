@@ -1,0 +1,340 @@
+// `hutch run --net filtered|open`. The sandbox runs in a network namespace with the egress path
+// (net/egress_path.h), whose listeners the network engine of this process serves
+// (daemon/service/network_service.h) until the sandbox is gone.
+//
+// Two processes, because of what a fork copies:
+// - This one (the host side) makes the namespace and binds its listeners, then forks the runner
+//   while it is still single-threaded: the runner forks the sandbox (run_sandbox), and a fork
+//   from a process with threads could inherit a lock another thread held.
+// - Only after that fork does the host side make what the sandbox must never hold: the CA key and
+//   the secrets' values. The sandbox's init is a fork of the runner that never execs, so the
+//   runner's memory must not have them. The runner wipes its copy of the --secret-from-env
+//   variables for the same reason.
+// - The host side starts the engine, attaches the listeners and sends the runner the environment
+//   to add (the trust variables, the secrets' placeholders). Only then does the runner start the
+//   sandbox, so its first connection finds the engine serving.
+#include "cli/egress/run_egress.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/codec/connection_log.h"
+#include "daemon/json_codec.h"
+#include "daemon/metrics.h"
+#include "daemon/service/egress_pool.h"
+#include "daemon/service/host_address_watch.h"
+#include "daemon/service/network_service.h"
+#include "daemon/service/sandbox_trust.h"
+#include "daemon/service/secrets.h"
+#include "net/tls/trust_bundle.h"
+#include "runtime/process/pidfd.h"
+
+namespace hutch::cli {
+namespace {
+
+using daemon::service::NetworkService;
+using nlohmann::json;
+
+// How long, after the sandbox is gone, the engine may take to log the connections it still had
+// (each is logged when its relay ends).
+constexpr auto kDrainWait = std::chrono::seconds(2);
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+// The policy of the run: --net-policy's file (PUT .../network's body, its mode optional), then
+// --allow and --deny added, checked as hutchd checks a create's.
+Result<net::Policy> run_policy(const RunOptions& options) {
+  json body = json::object();
+  if (!options.net_policy.empty()) {
+    auto text = HUTCH_TRY(read_file(options.net_policy));
+    try {
+      body = json::parse(text);
+    } catch (const std::exception& e) {
+      return plain_error("--net-policy", options.net_policy + ": " + e.what());
+    }
+    if (!body.is_object())
+      return plain_error("--net-policy", options.net_policy + ": not a JSON object");
+    if (body.contains("mode") && body["mode"] != options.net)
+      return plain_error("--net-policy", options.net_policy + " says mode " +
+                                             body["mode"].dump() + ", --net says " + options.net);
+  }
+  body["mode"] = options.net;
+  for (const auto& [key, rules] : {std::pair{"allow", &options.allow}, {"deny", &options.deny}}) {
+    if (rules->empty()) continue;
+    if (!body.contains(key)) body[key] = json::array();
+    if (!body[key].is_array()) return plain_error("--net-policy", std::string(key) + ": not a list");
+    for (const std::string& rule : *rules) body[key].push_back(rule);
+  }
+  try {
+    return daemon::parse_network(body);
+  } catch (const std::exception& e) {
+    return plain_error("network policy", e.what());
+  }
+}
+
+// The environment the sandbox gets from the host side, one "K=V" per line, each name not set by
+// --env already.
+void add_environment(SandboxSpec& spec, const std::string& lines) {
+  size_t start = 0;
+  while (start < lines.size()) {
+    size_t end = lines.find('\n', start);
+    if (end == std::string::npos) end = lines.size();
+    std::string entry = lines.substr(start, end - start);
+    start = end + 1;
+    const std::string prefix = entry.substr(0, entry.find('=') + 1);
+    bool set = false;
+    for (const std::string& existing : spec.env) set = set || existing.starts_with(prefix);
+    if (!set) spec.env.push_back(std::move(entry));
+  }
+}
+
+// The runner: waits for the host side's go, then runs the sandbox. Never returns.
+[[noreturn]] void runner(const RunOptions& options, SandboxSpec spec, UniqueFd netns,
+                         UniqueFd from_host, pid_t host) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != host) ::_exit(kExitRuntimeFailure);
+  for (const std::string& name : options.secret_from_env) {
+    if (char* value = ::getenv(name.c_str())) ::explicit_bzero(value, std::strlen(value));
+  }
+  std::string message;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(from_host.get(), buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ::_exit(kExitRuntimeFailure);
+    message.append(buffer, static_cast<size_t>(n));
+  }
+  // No go: the host side failed, and said why.
+  if (!message.starts_with("go\n")) ::_exit(kExitRuntimeFailure);
+  add_environment(spec, message.substr(3));
+  const int status = run_spec(options, spec, std::move(netns));
+  std::fflush(nullptr);
+  ::_exit(status);
+}
+
+// The host side's end of the run: what it made, undone on every path.
+class HostSide {
+ public:
+  explicit HostSide(std::string dir) : dir_(std::move(dir)) {}
+  HostSide(const HostSide&) = delete;
+  HostSide& operator=(const HostSide&) = delete;
+  ~HostSide() {
+    if (follower_.joinable()) {
+      stop_ = true;
+      follower_.join();
+    }
+    if (service_) service_->detach(id_);
+    service_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  Result<std::string> start(const RunOptions& options, const net::Policy& policy,
+                            net::EgressListeners listeners, std::string id) {
+    id_ = std::move(id);
+    policy_ = policy;
+    auto secrets = std::make_shared<daemon::service::SecretStore>();
+    if (!options.secrets_file.empty()) {
+      if (auto loaded = secrets->load_file(options.secrets_file); !loaded)
+        return plain_error("--secrets-file", loaded.error().message());
+    }
+    for (const std::string& name : options.secret_from_env) {
+      if (auto loaded = secrets->load_environment(name); !loaded)
+        return plain_error("--secret-from-env", loaded.error().message());
+    }
+    if (auto known = daemon::service::check_inject_secrets(policy, secrets.get()); !known)
+      return plain_error("network policy", known.error().message);
+    auto trust = HUTCH_TRY(
+        daemon::service::make_trust_dir(dir_ + "/" + std::string(daemon::service::kTrustDir)));
+
+    daemon::service::NetworkOptions network;
+    network.netns_ahead = 0;
+    network.watch_host_addresses = true;
+    network.secrets = secrets;
+    HUTCH_TRY(test_options(options, network));
+    service_ = HUTCH_TRY(NetworkService::create(std::move(network), metrics_));
+    HUTCH_TRY(service_->attach_unsupervised(id_, policy, std::move(listeners), std::move(trust)));
+    if (!options.net_log.empty()) HUTCH_TRY(follow_log(options.net_log));
+
+    std::string environment;
+    for (const auto& entry : net::tls::trust_environment(daemon::service::kTrustBundlePath,
+                                                         daemon::service::kTrustCaPath))
+      environment += entry.name + "=" + entry.value + "\n";
+    // A secret's name spelled as a variable holds its placeholder, as in hutchd's sandboxes.
+    for (const auto& [secret, placeholder] : service_->status(id_, policy).placeholders)
+      environment += secret + "=" + placeholder + "\n";
+    return environment;
+  }
+
+  // After the sandbox is gone: the engine's last decisions are logged before the detach.
+  void drain() {
+    if (!service_) return;
+    const auto deadline = std::chrono::steady_clock::now() + kDrainWait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto stats = service_->status(id_, policy_).stats;
+      if (!stats || stats->active == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+ private:
+  static Result<void> test_options(const RunOptions& options,
+                                   daemon::service::NetworkOptions& network) {
+    if (options.net_upstream_netns.empty() && options.net_resolve.empty() &&
+        options.net_upstream_ca.empty())
+      return {};
+    // A stray flag cannot point a real run at another namespace or resolver.
+    const char* test_net = std::getenv("HUTCH_TEST_NET");
+    if (test_net == nullptr || std::string_view(test_net) != "1")
+      return plain_error("--net-upstream-netns, --net-resolve, --net-upstream-ca",
+                         "these are for tests: they need HUTCH_TEST_NET=1");
+    network.upstream_netns = options.net_upstream_netns;
+    network.upstream_ca_file = options.net_upstream_ca;
+    for (const std::string& entry : options.net_resolve)
+      HUTCH_TRY(daemon::service::add_static_name(network.static_names, entry));
+    return {};
+  }
+
+  Result<void> follow_log(const std::string& path) {
+    FILE* out = stderr;
+    if (path != "-") {
+      out = std::fopen(path.c_str(), "we");
+      if (out == nullptr) return sys_error("fopen", path + " (--net-log)");
+    }
+    follower_ = std::thread([this, out] {
+      uint64_t after = 0;
+      for (bool last = false; !last;) {
+        last = stop_;  // one more read after the stop: what came before it
+        for (const auto& entry :
+             service_->decisions(id_, after, std::chrono::milliseconds(last ? 0 : 200), nullptr)) {
+          json line = daemon::connection_log_to_json(entry.log);
+          line["seq"] = entry.seq;
+          std::fprintf(out, "%s\n", line.dump().c_str());
+          after = entry.seq;
+        }
+        std::fflush(out);
+      }
+      if (out != stderr) std::fclose(out);
+    });
+    return {};
+  }
+
+  std::string dir_, id_;
+  net::Policy policy_;
+  daemon::Metrics metrics_;
+  std::unique_ptr<NetworkService> service_;
+  std::atomic<bool> stop_ = false;
+  std::thread follower_;
+};
+
+// Waits for the runner, passing on the signals hutch run forwards to its sandbox; returns its
+// status as an exit status.
+int wait_for_runner(pid_t runner_pid, const sigset_t& forwarded) {
+  UniqueFd pidfd(pidfd_open_fd(runner_pid));
+  UniqueFd signals(::signalfd(-1, &forwarded, SFD_CLOEXEC));
+  for (bool exited = false; pidfd && signals && !exited;) {
+    pollfd fds[2] = {{pidfd.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo info{};
+      if (::read(signals.get(), &info, sizeof info) == sizeof info)
+        pidfd_signal(pidfd.get(), static_cast<int>(info.ssi_signo));
+    }
+    exited = (fds[0].revents & POLLIN) != 0;
+  }
+  int status = 0;
+  while (::waitpid(runner_pid, &status, 0) < 0) {
+    if (errno != EINTR) return kExitRuntimeFailure;
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+int run_with_egress(const RunOptions& options, const std::string& state_dir) {
+  auto policy = run_policy(options);
+  if (!policy) return fail(policy.error());
+  auto spec = make_spec(options, state_dir);
+  if (!spec) return fail(spec.error());
+
+  // The CA's dir while the run lasts: $TMPDIR or /tmp, 0700.
+  std::error_code no_tmp;
+  std::string dir = (std::filesystem::temp_directory_path(no_tmp) / "hutch-egress-XXXXXX").string();
+  if (no_tmp) dir = "/tmp/hutch-egress-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return fail(sys_error("mkdtemp", dir).error());
+  HostSide host(dir);
+  auto prepared = daemon::service::prepare_egress();
+  if (!prepared) return fail(prepared.error());
+  spec->net = NetMode::kHostOwned;
+  for (BindMount& bind : daemon::service::trust_binds(dir))
+    spec->binds.push_back(std::move(bind));
+
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return fail(sys_error("pipe2", "").error());
+  UniqueFd go_read(go[0]), go_write(go[1]);
+  const pid_t host_pid = ::getpid();
+  const pid_t runner_pid = ::fork();
+  if (runner_pid < 0) return fail(sys_error("fork", "the runner").error());
+  if (runner_pid == 0) {
+    go_write.reset();
+    prepared->listeners = {};
+    runner(options, std::move(*spec), std::move(prepared->netns), std::move(go_read), host_pid);
+  }
+  go_read.reset();
+  prepared->netns.reset();
+
+  // A runner gone before it read its go: the write fails with EPIPE instead of killing us.
+  ::signal(SIGPIPE, SIG_IGN);
+  // Before any thread: every thread inherits the mask, so the signals wait for signalfd.
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  for (int sig : kForwardedSignals) sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_BLOCK, &forwarded, nullptr);
+
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("hutch-egress"));
+  spdlog::set_pattern("hutch: %v");
+  spdlog::set_level(spdlog::level::warn);
+
+  const std::string id = "run-" + std::to_string(host_pid);
+  auto environment = host.start(options, *policy, std::move(prepared->listeners), id);
+  if (!environment) {
+    go_write.reset();  // no go: the runner exits
+    wait_for_runner(runner_pid, forwarded);
+    return fail(environment.error());
+  }
+  const std::string message = "go\n" + *environment;
+  for (size_t written = 0; written < message.size();) {
+    const ssize_t n = ::write(go_write.get(), message.data() + written, message.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;  // the runner is gone: its status says why
+    written += static_cast<size_t>(n);
+  }
+  go_write.reset();
+  const int status = wait_for_runner(runner_pid, forwarded);
+  host.drain();
+  return status;
+}
+
+}  // namespace hutch::cli
