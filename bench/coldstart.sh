@@ -53,6 +53,13 @@ else
   skip hutch "no executable $hutch (build it or set HUTCH=)"
   skip hutch-nolim "no executable $hutch (build it or set HUTCH=)"
 fi
+# Egress through the network engine (hutch-egress beside hutch): what filtering costs a one-shot
+# run (the namespace with its rules, the CA, the engine's threads), which no peer here does.
+if [[ -x $(dirname "$hutch")/hutch-egress ]]; then
+  add hutch-filtered "$(realpath "$hutch") run --net filtered -- /bin/true"
+else
+  skip hutch-filtered "no executable $(dirname "$hutch")/hutch-egress (build target hutch)"
+fi
 # A/B of a change on the start path: HUTCH_BASELINE=other/build/hutch runs beside it, interleaved.
 if [[ -n ${HUTCH_BASELINE:-} ]]; then
   add hutch-base "$(realpath "$HUTCH_BASELINE") run -- /bin/true"

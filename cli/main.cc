@@ -40,23 +40,7 @@ int main(int argc, char** argv) {
   RecipeOptions recipe;
   CLI::App* recipe_cmd = app.add_subcommand("recipe", "Bake and list recipes (setup.sh layers)");
   recipe_cmd->require_subcommand(1);
-  CLI::App* build_cmd = recipe_cmd->add_subcommand(
-      "build", "Run DIR/setup.sh once in a fresh sandbox and keep its changes as a layer");
-  build_cmd->add_option("dir", recipe.dir, "Recipe directory (setup.sh, optional recipe.json)")
-      ->required();
-  build_cmd->add_option("--name", recipe.name, "Tag of the result (default: the dir's name)");
-  build_cmd->add_option("--base", recipe.base,
-                        "host (default), a rootfs directory, recipe:NAME or image:NAME; overrides "
-                        "recipe.json");
-  build_cmd
-      ->add_option("--env", recipe.env,
-                   "K=V for setup.sh only (repeatable): never stored in the layer")
-      ->allow_extra_args(false);
-  build_cmd->add_option("--timeout", recipe.sandbox.timeout, "Kill setup.sh after DURATION");
-  build_cmd->add_option("--memory", recipe.sandbox.memory, "Memory limit of the bake");
-  build_cmd->add_option("--pids", recipe.sandbox.pids, "Process limit of the bake");
-  build_cmd->add_option("--disk", recipe.sandbox.disk, "Cap of /tmp during the bake");
-  build_cmd->add_flag("--json", recipe.json, "Print the outcome as JSON");
+  CLI::App* build_cmd = add_recipe_build_command(*recipe_cmd, recipe);
   CLI::App* recipe_ls_cmd = recipe_cmd->add_subcommand("ls", "List recipes");
   recipe_ls_cmd->add_flag("--json", recipe.json, "JSON output");
 
@@ -86,7 +70,16 @@ int main(int argc, char** argv) {
     return run(options, state_dir);
   }
   recipe.name_given = build_cmd->count("--name") > 0;
-  if (build_cmd->parsed()) return recipe_build(recipe, state_dir);
+  if (build_cmd->parsed()) {
+    // A network in recipe.json with egress: setup.sh runs beside the engine, in hutch-egress.
+    auto egress = recipe_needs_egress(recipe);
+    if (!egress) return fail(egress.error());
+    if (*egress)
+      return exec_companion(argv, "hutch-egress",
+                            "hutch recipe build with a filtered or open "
+                            "network in recipe.json");
+    return recipe_build(recipe, state_dir);
+  }
   if (recipe_ls_cmd->parsed()) return recipe_list(recipe.json, state_dir);
   if (layers_ls_cmd->parsed()) return layers_list(layer_options.json, state_dir);
   if (layers_du_cmd->parsed()) return layers_du(state_dir);

@@ -14,17 +14,38 @@
 namespace hutch::cli {
 namespace {
 
-// recipe.json (recipes/recipe_json.h). Command-line options win over it.
-Result<void> apply_recipe_json(RecipeOptions& recipe) {
+// recipe.json's "network" (a create's form: a mode string, or an object with "mode" and rules):
+// its mode. hutch-egress checks the rules of filtered and open (daemon/json_codec.h).
+Result<std::string> network_mode(const std::string& network) {
+  const auto value = nlohmann::json::parse(network, nullptr, false);
+  std::string mode;
+  if (value.is_string()) mode = value.get<std::string>();
+  if (value.is_object() && value.contains("mode") && value["mode"].is_string())
+    mode = value["mode"].get<std::string>();
+  if (mode != "none" && mode != "loopback" && mode != "filtered" && mode != "open")
+    return plain_error("recipe.json",
+                       "network wants none, loopback, filtered or open, or an "
+                       "object with one as its mode, got " +
+                           network);
+  if ((mode == "none" || mode == "loopback") && value.is_object()) {
+    for (const char* rules : {"allow", "deny", "inject"}) {
+      if (value.contains(rules))
+        return plain_error("recipe.json", std::string("network: ") + rules +
+                                              " rules need mode filtered or open, not " + mode);
+    }
+  }
+  return mode;
+}
+
+// recipe.json (recipes/recipe_json.h). Command-line options win over it. Returns its network's
+// mode, "loopback" when it names none.
+Result<std::string> apply_recipe_json(RecipeOptions& recipe) {
   const std::string path = recipe.dir + "/recipe.json";
-  if (access(path.c_str(), F_OK) != 0) return {};
+  if (access(path.c_str(), F_OK) != 0) return std::string("loopback");
   auto text = HUTCH_TRY(read_file(path));
   auto parsed = HUTCH_TRY(recipes::parse_recipe_json(text));
-  // Its filtered and open modes need hutchd's network engine; none of it is silently dropped.
-  if (parsed.network)
-    return plain_error("recipe.json",
-                       "network is applied by hutchd's bakes (POST /v1/recipes, hutch recipe "
-                       "build --socket/--url); this one-shot build cannot run setup.sh with it");
+  std::string mode = "loopback";
+  if (parsed.network) mode = HUTCH_TRY(network_mode(*parsed.network));
   if (recipe.base.empty() && parsed.base) recipe.base = *parsed.base;
   parsed.env.insert(parsed.env.end(), recipe.env.begin(), recipe.env.end());
   recipe.env = std::move(parsed.env);
@@ -32,13 +53,26 @@ Result<void> apply_recipe_json(RecipeOptions& recipe) {
   if (recipe.sandbox.memory.empty() && parsed.memory) recipe.sandbox.memory = *parsed.memory;
   if (!recipe.sandbox.pids) recipe.sandbox.pids = parsed.pids;
   if (!recipe.sandbox.cpus) recipe.sandbox.cpus = parsed.cpus;
-  return {};
+  return mode;
 }
 
 }  // namespace
 
-int recipe_build(RecipeOptions recipe, const std::string& state_dir) {
-  if (auto r = apply_recipe_json(recipe); !r) return fail(r.error());
+Result<bool> recipe_needs_egress(const RecipeOptions& recipe) {
+  RecipeOptions applied = recipe;
+  const std::string mode = HUTCH_TRY(apply_recipe_json(applied));
+  const bool egress = mode == "filtered" || mode == "open";
+  if (const std::string given = egress_only_options(recipe.sandbox); !egress && !given.empty())
+    return plain_error("recipe build", given +
+                                           " apply to a filtered or open network in "
+                                           "recipe.json only; setup.sh's is " +
+                                           mode);
+  return egress;
+}
+
+int recipe_build(RecipeOptions recipe, const std::string& state_dir, UniqueFd netns) {
+  auto mode = apply_recipe_json(recipe);
+  if (!mode) return fail(mode.error());
   std::vector<std::string> bake_env;
   for (const std::string& kv : recipe.env) {
     auto parsed = parse_env(kv);
@@ -49,6 +83,17 @@ int recipe_build(RecipeOptions recipe, const std::string& state_dir) {
   recipe.sandbox.command = {"true"};  // replaced by bake()
   auto spec = make_spec(recipe.sandbox, state_dir);
   if (!spec) return fail(spec.error());
+  // recipe.json's network is setup.sh's alone, as in hutchd's bakes: the recipe's sandboxes get
+  // their own run's or create's.
+  if (*mode == "none") spec->net = NetMode::kNone;
+  const bool egress = *mode == "filtered" || *mode == "open";
+  if (egress != static_cast<bool>(netns)) {
+    const std::string why = egress ? " runs setup.sh beside the network engine: hutch recipe "
+                                     "build hands it to hutch-egress"
+                                   : " takes no egress namespace";
+    return fail(plain_error("recipe.json", "network " + *mode + why).error());
+  }
+  if (egress) spec->net = NetMode::kHostOwned;
   auto store = layers::LayerStore::open(state_dir);
   if (!store) return fail(store.error());
   recipes::BakeRequest request;
@@ -58,6 +103,7 @@ int recipe_build(RecipeOptions recipe, const std::string& state_dir) {
   request.base = recipe.base.empty() ? "host" : recipe.base;
   request.bake_env = std::move(bake_env);
   request.sandbox = std::move(*spec);
+  request.netns_fd = netns ? netns.get() : -1;
   auto outcome = recipes::bake(*store, request);
   if (!outcome) {
     if (recipe.json) {

@@ -67,11 +67,14 @@ struct RunOptions {
   std::vector<std::string> net_resolve;
 };
 
-// run_command.cc: the `run` subcommand and its options, shared by hutch and hutch-egress.
+// commands.cc: the `run` subcommand and its options, shared by hutch and hutch-egress.
 CLI::App* add_run_command(CLI::App& app, RunOptions& options);
 // --net filtered or open: the run needs the network engine, in hutch-egress.
 bool run_needs_egress(const RunOptions& options);
-// Options that only filtered and open runs take, given without them: an error naming them.
+// The options given that only filtered and open networks take, as "--allow, --net-log" ("":
+// none).
+std::string egress_only_options(const RunOptions& options);
+// Such options given to a run without them: an error naming them.
 Result<void> check_run_net_options(const RunOptions& options);
 
 // The spec of a `hutch run` (or of a bake's sandbox) from its options.
@@ -92,7 +95,15 @@ struct RecipeOptions {
   bool json = false;
 };
 
-int recipe_build(RecipeOptions recipe, const std::string& state_dir);
+// commands.cc: `recipe build` and its options under `recipe_cmd`, shared as add_run_command.
+CLI::App* add_recipe_build_command(CLI::App& recipe_cmd, RecipeOptions& recipe);
+// Whether DIR/recipe.json gives setup.sh a filtered or open network: the bake then runs in
+// hutch-egress, beside the engine. Errors: recipe.json's, a network that is not one, and the
+// engine's options given without such a network.
+Result<bool> recipe_needs_egress(const RecipeOptions& recipe);
+// The bake; `netns` (hutch-egress's, for a filtered or open network in recipe.json) is the
+// namespace setup.sh runs in.
+int recipe_build(RecipeOptions recipe, const std::string& state_dir, UniqueFd netns = {});
 int recipe_list(bool json, const std::string& state_dir);
 
 // layer_verbs.cc

@@ -1,6 +1,7 @@
-// `hutch run --net filtered|open`. The sandbox runs in a network namespace with the egress path
-// (net/egress_path.h), whose listeners the network engine of this process serves
-// (daemon/service/network_service.h) until the sandbox is gone.
+// `hutch run --net filtered|open` and `hutch recipe build` with such a network in recipe.json.
+// The sandbox runs in a network namespace with the egress path (net/egress_path.h), whose
+// listeners the network engine of this process serves (daemon/service/network_service.h) until
+// the sandbox is gone.
 //
 // Two processes, because of what a fork copies:
 // - This one (the host side) makes the namespace and binds its listeners, then forks the runner
@@ -31,11 +32,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon/codec/connection_log.h"
@@ -46,7 +49,9 @@
 #include "daemon/service/network_service.h"
 #include "daemon/service/sandbox_trust.h"
 #include "daemon/service/secrets.h"
+#include "net/tls/sandbox_ca.h"
 #include "net/tls/trust_bundle.h"
+#include "recipes/recipe_json.h"
 #include "runtime/process/pidfd.h"
 
 namespace hutch::cli {
@@ -74,20 +79,33 @@ Result<net::Policy> run_policy(const RunOptions& options) {
     if (!body.is_object())
       return plain_error("--net-policy", options.net_policy + ": not a JSON object");
     if (body.contains("mode") && body["mode"] != options.net)
-      return plain_error("--net-policy", options.net_policy + " says mode " +
-                                             body["mode"].dump() + ", --net says " + options.net);
+      return plain_error("--net-policy", options.net_policy + " says mode " + body["mode"].dump() +
+                                             ", --net says " + options.net);
   }
   body["mode"] = options.net;
   for (const auto& [key, rules] : {std::pair{"allow", &options.allow}, {"deny", &options.deny}}) {
     if (rules->empty()) continue;
     if (!body.contains(key)) body[key] = json::array();
-    if (!body[key].is_array()) return plain_error("--net-policy", std::string(key) + ": not a list");
+    if (!body[key].is_array())
+      return plain_error("--net-policy", std::string(key) + ": not a list");
     for (const std::string& rule : *rules) body[key].push_back(rule);
   }
   try {
     return daemon::parse_network(body);
   } catch (const std::exception& e) {
     return plain_error("network policy", e.what());
+  }
+}
+
+// recipe.json's network, checked as hutchd checks a bake's.
+Result<net::Policy> bake_policy(const std::string& recipe_dir) {
+  auto text = HUTCH_TRY(read_file(recipe_dir + "/recipe.json"));
+  auto settings = HUTCH_TRY(recipes::parse_recipe_json(text));
+  if (!settings.network) return plain_error("recipe.json", "names no network");
+  try {
+    return daemon::parse_network(json::parse(*settings.network));
+  } catch (const std::exception& e) {
+    return plain_error("recipe.json", std::string("network: ") + e.what());
   }
 }
 
@@ -107,8 +125,12 @@ void add_environment(SandboxSpec& spec, const std::string& lines) {
   }
 }
 
-// The runner: waits for the host side's go, then runs the sandbox. Never returns.
-[[noreturn]] void runner(const RunOptions& options, SandboxSpec spec, UniqueFd netns,
+// What the runner does once the host side said go: runs the sandbox in `netns`, with
+// `environment` ("K=V" lines) added, and returns the exit status.
+using RunnerBody = std::function<int(UniqueFd netns, const std::string& environment)>;
+
+// The runner: waits for the host side's go, then runs `body`. Never returns.
+[[noreturn]] void runner(const RunOptions& options, const RunnerBody& body, UniqueFd netns,
                          UniqueFd from_host, pid_t host) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != host) ::_exit(kExitRuntimeFailure);
@@ -124,16 +146,39 @@ void add_environment(SandboxSpec& spec, const std::string& lines) {
   }
   // No go: the host side failed, and said why.
   if (!message.starts_with("go\n")) ::_exit(kExitRuntimeFailure);
-  add_environment(spec, message.substr(3));
-  const int status = run_spec(options, spec, std::move(netns));
+  const int status = body(std::move(netns), message.substr(3));
   std::fflush(nullptr);
   ::_exit(status);
 }
 
+// A 0700 dir in $TMPDIR (or /tmp) for a run's CA, removed with this.
+class PrivateDir {
+ public:
+  static Result<PrivateDir> make() {
+    std::error_code no_tmp;
+    std::string path =
+        (std::filesystem::temp_directory_path(no_tmp) / "hutch-egress-XXXXXX").string();
+    if (no_tmp) path = "/tmp/hutch-egress-XXXXXX";
+    if (::mkdtemp(path.data()) == nullptr) return sys_error("mkdtemp", path);
+    return PrivateDir(std::move(path));
+  }
+  PrivateDir(PrivateDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  PrivateDir& operator=(PrivateDir&&) = delete;
+  ~PrivateDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit PrivateDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 // The host side's end of the run: what it made, undone on every path.
 class HostSide {
  public:
-  explicit HostSide(std::string dir) : dir_(std::move(dir)) {}
+  HostSide() = default;
   HostSide(const HostSide&) = delete;
   HostSide& operator=(const HostSide&) = delete;
   ~HostSide() {
@@ -142,13 +187,14 @@ class HostSide {
       follower_.join();
     }
     if (service_) service_->detach(id_);
-    service_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
+  // The engine serving `listeners` as `id`; the sandbox's CA kept in `trust_dir`, whose public
+  // files the sandbox binds, or ("") in memory only, nothing of it in the sandbox (a bake: its
+  // layer must not hold one). Returns the environment to add to the sandbox's.
   Result<std::string> start(const RunOptions& options, const net::Policy& policy,
-                            net::EgressListeners listeners, std::string id) {
+                            net::EgressListeners listeners, std::string id,
+                            const std::string& trust_dir) {
     id_ = std::move(id);
     policy_ = policy;
     auto secrets = std::make_shared<daemon::service::SecretStore>();
@@ -162,8 +208,14 @@ class HostSide {
     }
     if (auto known = daemon::service::check_inject_secrets(policy, secrets.get()); !known)
       return plain_error("network policy", known.error().message);
-    auto trust = HUTCH_TRY(
-        daemon::service::make_trust_dir(dir_ + "/" + std::string(daemon::service::kTrustDir)));
+    daemon::service::SandboxTrust trust;
+    if (trust_dir.empty()) {
+      trust.ca = HUTCH_TRY(net::tls::SandboxCa::create({.label = "bake " + id_}));
+      trust.placeholder_key = HUTCH_TRY(net::new_placeholder_key());
+    } else {
+      trust = HUTCH_TRY(daemon::service::make_trust_dir(trust_dir + "/" +
+                                                        std::string(daemon::service::kTrustDir)));
+    }
 
     daemon::service::NetworkOptions network;
     network.netns_ahead = 0;
@@ -174,6 +226,7 @@ class HostSide {
     HUTCH_TRY(service_->attach_unsupervised(id_, policy, std::move(listeners), std::move(trust)));
     if (!options.net_log.empty()) HUTCH_TRY(follow_log(options.net_log));
 
+    if (trust_dir.empty()) return std::string();
     std::string environment;
     for (const auto& entry : net::tls::trust_environment(daemon::service::kTrustBundlePath,
                                                          daemon::service::kTrustCaPath))
@@ -237,7 +290,7 @@ class HostSide {
     return {};
   }
 
-  std::string dir_, id_;
+  std::string id_;
   net::Policy policy_;
   daemon::Metrics metrics_;
   std::unique_ptr<NetworkService> service_;
@@ -271,26 +324,11 @@ int wait_for_runner(pid_t runner_pid, const sigset_t& forwarded) {
   return WEXITSTATUS(status);
 }
 
-}  // namespace
-
-int run_with_egress(const RunOptions& options, const std::string& state_dir) {
-  auto policy = run_policy(options);
-  if (!policy) return fail(policy.error());
-  auto spec = make_spec(options, state_dir);
-  if (!spec) return fail(spec.error());
-
-  // The CA's dir while the run lasts: $TMPDIR or /tmp, 0700.
-  std::error_code no_tmp;
-  std::string dir = (std::filesystem::temp_directory_path(no_tmp) / "hutch-egress-XXXXXX").string();
-  if (no_tmp) dir = "/tmp/hutch-egress-XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) return fail(sys_error("mkdtemp", dir).error());
-  HostSide host(dir);
-  auto prepared = daemon::service::prepare_egress();
-  if (!prepared) return fail(prepared.error());
-  spec->net = NetMode::kHostOwned;
-  for (BindMount& bind : daemon::service::trust_binds(dir))
-    spec->binds.push_back(std::move(bind));
-
+// The runner runs `body` in the namespace with the egress path while this process's engine
+// serves it with `policy`, the CA as HostSide::start says; returns the runner's exit status.
+int beside_engine(const RunOptions& options, const net::Policy& policy,
+                  daemon::service::PreparedEgress prepared, const std::string& trust_dir,
+                  const RunnerBody& body) {
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return fail(sys_error("pipe2", "").error());
   UniqueFd go_read(go[0]), go_write(go[1]);
@@ -299,11 +337,11 @@ int run_with_egress(const RunOptions& options, const std::string& state_dir) {
   if (runner_pid < 0) return fail(sys_error("fork", "the runner").error());
   if (runner_pid == 0) {
     go_write.reset();
-    prepared->listeners = {};
-    runner(options, std::move(*spec), std::move(prepared->netns), std::move(go_read), host_pid);
+    prepared.listeners = {};
+    runner(options, body, std::move(prepared.netns), std::move(go_read), host_pid);
   }
   go_read.reset();
-  prepared->netns.reset();
+  prepared.netns.reset();
 
   // A runner gone before it read its go: the write fails with EPIPE instead of killing us.
   ::signal(SIGPIPE, SIG_IGN);
@@ -317,8 +355,9 @@ int run_with_egress(const RunOptions& options, const std::string& state_dir) {
   spdlog::set_pattern("hutch: %v");
   spdlog::set_level(spdlog::level::warn);
 
+  HostSide host;
   const std::string id = "run-" + std::to_string(host_pid);
-  auto environment = host.start(options, *policy, std::move(prepared->listeners), id);
+  auto environment = host.start(options, policy, std::move(prepared.listeners), id, trust_dir);
   if (!environment) {
     go_write.reset();  // no go: the runner exits
     wait_for_runner(runner_pid, forwarded);
@@ -335,6 +374,38 @@ int run_with_egress(const RunOptions& options, const std::string& state_dir) {
   const int status = wait_for_runner(runner_pid, forwarded);
   host.drain();
   return status;
+}
+
+}  // namespace
+
+int run_with_egress(const RunOptions& options, const std::string& state_dir) {
+  auto policy = run_policy(options);
+  if (!policy) return fail(policy.error());
+  auto spec = make_spec(options, state_dir);
+  if (!spec) return fail(spec.error());
+  auto dir = PrivateDir::make();
+  if (!dir) return fail(dir.error());
+  auto prepared = daemon::service::prepare_egress();
+  if (!prepared) return fail(prepared.error());
+  spec->net = NetMode::kHostOwned;
+  for (BindMount& bind : daemon::service::trust_binds(dir->path()))
+    spec->binds.push_back(std::move(bind));
+  return beside_engine(options, *policy, std::move(*prepared), dir->path(),
+                       [&](UniqueFd netns, const std::string& environment) {
+                         add_environment(*spec, environment);
+                         return run_spec(options, *spec, std::move(netns));
+                       });
+}
+
+int recipe_build_with_egress(const RecipeOptions& recipe, const std::string& state_dir) {
+  auto policy = bake_policy(recipe.dir);
+  if (!policy) return fail(policy.error());
+  auto prepared = daemon::service::prepare_egress();
+  if (!prepared) return fail(prepared.error());
+  return beside_engine(recipe.sandbox, *policy, std::move(*prepared), "",
+                       [&](UniqueFd netns, const std::string&) {
+                         return recipe_build(recipe, state_dir, std::move(netns));
+                       });
 }
 
 }  // namespace hutch::cli

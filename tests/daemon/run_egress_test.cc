@@ -39,7 +39,6 @@ constexpr const char* kPage = "hello from upstream";
 constexpr std::string_view kSecret = "sk-run-4f1c0e77b2";
 constexpr std::string_view kEnvSecret = "env-run-secret-61d0a9";
 
-
 std::vector<json> ndjson(const std::string& text) {
   std::vector<json> lines;
   std::istringstream in(text);
@@ -76,8 +75,7 @@ pid_t parent_of(pid_t pid) {
   const std::string stat = read_file_or_empty("/proc/" + std::to_string(pid) + "/stat");
   int parent = 0;
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos ||
-      std::sscanf(stat.c_str() + close + 1, " %*c %d", &parent) != 1)
+  if (close == std::string::npos || std::sscanf(stat.c_str() + close + 1, " %*c %d", &parent) != 1)
     return -1;
   return parent;
 }
@@ -104,9 +102,10 @@ class RunEgress : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(start_upstream_netns(temp_.path(), upstream_));
   }
   std::vector<std::string> engine_args() const {
-    return {"--net-upstream-netns", upstream_->netns(), "--net-resolve", "api.test=198.51.100.10",
-            "--net-resolve",        "evil.test=198.51.100.10",          "--net-resolve",
-            "meta.test=169.254.169.254"};
+    return {"--net-upstream-netns", upstream_->netns(),
+            "--net-resolve",        "api.test=198.51.100.10",
+            "--net-resolve",        "evil.test=198.51.100.10",
+            "--net-resolve",        "meta.test=169.254.169.254"};
   }
   // `hutch run --net MODE` with `options` (after the engine's), `script` under sh -c.
   CommandResult run(const std::string& mode, const std::vector<std::string>& options,
@@ -211,8 +210,7 @@ TEST_F(RunEgress, InjectedSecretReachesTheUpstreamAndNoProcessOfTheSandbox) {
       {"allow", {"api.test"}},
       {"inject",
        {{{"match_hosts", {"api.test"}},
-         {"headers",
-          {{"Authorization", {{"secret", "OPENAI_API_KEY"}, {"prefix", "Bearer "}}}}}},
+         {"headers", {{"Authorization", {{"secret", "OPENAI_API_KEY"}, {"prefix", "Bearer "}}}}}},
         {{"match_hosts", {"api.test"}},
          {"path_prefix", "/env/"},
          {"headers", {{"Authorization", {{"secret", "RUN_ENV_SECRET"}}}}}}}}};
@@ -251,8 +249,8 @@ TEST_F(RunEgress, InjectedSecretReachesTheUpstreamAndNoProcessOfTheSandbox) {
     result = hutch(args, options);
   });
   std::vector<pid_t> sleeping;
-  const bool slept = wait_until(
-      [&] { return !(sleeping = processes_running(sleeper)).empty(); }, 30s, "the sandbox's sleep");
+  const bool slept = wait_until([&] { return !(sleeping = processes_running(sleeper)).empty(); },
+                                30s, "the sandbox's sleep");
   if (slept) {
     // The sandbox's processes, and the runner: init's parent.
     std::vector<pid_t> sandbox = pid_ns_processes(sleeping.front());
@@ -291,6 +289,63 @@ TEST_F(RunEgress, InjectedSecretReachesTheUpstreamAndNoProcessOfTheSandbox) {
   EXPECT_EQ(tls.requests(), "/v1/chat Bearer " + std::string(kSecret) + "\n/env/x " +
                                 std::string(kEnvSecret) + "\n");
   EXPECT_TRUE(processes_running(sleeper).empty());
+}
+
+// `hutch recipe build` with a filtered network in recipe.json: setup.sh reaches what the policy
+// allows through hutch-egress's engine, and the recipe's sandboxes get their own run's network.
+TEST_F(RunEgress, RecipeBuildGivesSetupItsNetworkAndNotTheRecipesSandboxes) {
+  ASSERT_NO_FATAL_FAILURE(start_plain_upstream());
+  const std::string recipe = temp_.path() + "/fetcher", state = temp_.path() + "/state";
+  ASSERT_EQ(::mkdir(recipe.c_str(), 0755), 0);
+  std::ofstream(recipe + "/setup.sh")
+      << "mkdir -p /opt && curl -sS --max-time 10 http://api.test/ > /opt/page.txt\n"
+         "if curl -sS --max-time 10 http://evil.test/; then exit 3; fi\n";
+  std::ofstream(recipe + "/recipe.json")
+      << R"({"network": {"mode": "filtered", "allow": ["api.test"]}})";
+  const std::string log = temp_.path() + "/bake.ndjson";
+  std::vector<std::string> args = {"--state-dir", state,       "recipe", "build",
+                                   recipe,        "--net-log", log};
+  for (const std::string& arg : engine_args()) args.push_back(arg);
+  CommandOptions options;
+  options.env = test_env();
+  auto built = hutch(args, options);
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  EXPECT_NE(built.out.find("fetcher sha256:"), std::string::npos) << built.out;
+  bool allowed = false, denied = false;
+  for (const json& line : ndjson(read_file_or_empty(log))) {
+    allowed = allowed || (line["name"] == "api.test" && line["allowed"] == true);
+    denied = denied || (line["name"] == "evil.test" && line["allowed"] == false);
+  }
+  EXPECT_TRUE(allowed && denied) << read_file_or_empty(log);
+
+  options.env = {"PATH=/usr/bin:/bin"};
+  auto ran = hutch({"--state-dir", state, "run", "--rootfs", "recipe:fetcher", "--", "/bin/sh",
+                    "-c", "cat /opt/page.txt; echo; curl -sS --max-time 10 http://api.test/ 2>&1"},
+                   options);
+  EXPECT_EQ(ran.out.substr(0, std::string(kPage).size() + 1), std::string(kPage) + "\n")
+      << ran.out << ran.err;
+  EXPECT_NE(ran.out.find("Could not resolve host: api.test"), std::string::npos) << ran.out;
+
+  // The engine's options with a network that has no egress: refused, naming them.
+  std::ofstream(recipe + "/recipe.json", std::ios::trunc) << R"({"network": "loopback"})";
+  options.env = test_env();
+  auto refused =
+      hutch({"--state-dir", state, "recipe", "build", recipe, "--net-log", log}, options);
+  EXPECT_EQ(refused.exit_code, 125);
+  EXPECT_NE(refused.err.find("--net-log apply to a filtered or open network in recipe.json only"),
+            std::string::npos)
+      << refused.err;
+  std::ofstream(recipe + "/recipe.json", std::ios::trunc)
+      << R"({"network": {"mode": "none", "allow": ["api.test"]}})";
+  refused = hutch({"--state-dir", state, "recipe", "build", recipe}, options);
+  EXPECT_EQ(refused.exit_code, 125);
+  EXPECT_NE(refused.err.find("allow rules need mode filtered or open, not none"), std::string::npos)
+      << refused.err;
+  std::ofstream(recipe + "/recipe.json", std::ios::trunc)
+      << R"({"network": {"mode": "filtered", "allow": ["10.0.0.0/33"]}})";
+  refused = hutch({"--state-dir", state, "recipe", "build", recipe}, options);
+  EXPECT_EQ(refused.exit_code, 125);
+  EXPECT_NE(refused.err.find("10.0.0.0/33"), std::string::npos) << refused.err;
 }
 
 // Hostile and mistaken command lines: each refused before anything is made, naming the cause.

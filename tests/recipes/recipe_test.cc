@@ -538,11 +538,13 @@ TEST_F(RecipeTest, HostileNamesAndRecipesAreRefused) {
       build(recipe("typed", "true\n", {{"recipe.json", "{\"env\": {\"K\": 1}}"}}), "typed");
   EXPECT_EQ(wrong_type.exit_code, 125);
 
-  // A bake policy needs hutchd's engine: refused here, never dropped.
-  CommandResult networked = build(
-      recipe("networked", "true\n", {{"recipe.json", R"({"network": "filtered"})"}}), "networked");
+  // A network that is none of the modes: refused, never dropped (filtered and open bake through
+  // hutch-egress: tests/daemon/run_egress_test.cc).
+  CommandResult networked =
+      build(recipe("networked", "true\n", {{"recipe.json", R"({"network": "raw"})"}}), "networked");
   EXPECT_EQ(networked.exit_code, 125);
-  EXPECT_NE(networked.err.find("POST /v1/recipes"), std::string::npos) << networked.err;
+  EXPECT_NE(networked.err.find("network wants none, loopback, filtered or open"), std::string::npos)
+      << networked.err;
 
   // recipe.json's own env and limits work.
   const std::string json_dir =

@@ -1,11 +1,28 @@
-// The `run` subcommand's options: hutch parses them, and hutch-egress parses the same argv again
-// when hutch hands it a filtered or open run.
+// The subcommands hutch-egress serves too, `run` and `recipe build`: hutch parses them, and
+// hutch-egress parses the same argv again when hutch hands it a run or a bake with egress.
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "cli/verbs.h"
 
 namespace hutch::cli {
+namespace {
+
+void add_engine_test_options(CLI::App& command, RunOptions& options) {
+  command.add_option("--net-upstream-netns", options.net_upstream_netns,
+                     "Tests only (HUTCH_TEST_NET=1): the engine dials upstreams from this "
+                     "network namespace");
+  command
+      .add_option("--net-resolve", options.net_resolve,
+                  "Tests only (HUTCH_TEST_NET=1): NAME=ADDR, a static resolver instead of the "
+                  "host's (repeatable)")
+      ->allow_extra_args(false);
+  command.add_option("--net-upstream-ca", options.net_upstream_ca,
+                     "Tests only (HUTCH_TEST_NET=1): verify terminated upstreams with this PEM "
+                     "file's CAs");
+}
+
+}  // namespace
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   CLI::App* run_cmd =
@@ -55,17 +72,7 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
       ->allow_extra_args(false);
   run_cmd->add_option("--net-log", options.net_log,
                       "Write each network decision to FILE as an NDJSON line (\"-\": stderr)");
-  run_cmd->add_option("--net-upstream-netns", options.net_upstream_netns,
-                      "Tests only (HUTCH_TEST_NET=1): the engine dials upstreams from this "
-                      "network namespace");
-  run_cmd
-      ->add_option("--net-resolve", options.net_resolve,
-                   "Tests only (HUTCH_TEST_NET=1): NAME=ADDR, a static resolver instead of the "
-                   "host's (repeatable)")
-      ->allow_extra_args(false);
-  run_cmd->add_option("--net-upstream-ca", options.net_upstream_ca,
-                      "Tests only (HUTCH_TEST_NET=1): verify terminated upstreams with this PEM "
-                      "file's CAs");
+  add_engine_test_options(*run_cmd, options);
   run_cmd
       ->add_option("--bind", options.binds,
                    "SRC:DST[:ro|rw] host path inside, read-only unless rw (repeatable)")
@@ -95,12 +102,36 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   return run_cmd;
 }
 
+CLI::App* add_recipe_build_command(CLI::App& recipe_cmd, RecipeOptions& recipe) {
+  CLI::App* build_cmd = recipe_cmd.add_subcommand(
+      "build", "Run DIR/setup.sh once in a fresh sandbox and keep its changes as a layer");
+  build_cmd->add_option("dir", recipe.dir, "Recipe directory (setup.sh, optional recipe.json)")
+      ->required();
+  build_cmd->add_option("--name", recipe.name, "Tag of the result (default: the dir's name)");
+  build_cmd->add_option("--base", recipe.base,
+                        "host (default), a rootfs directory, recipe:NAME or image:NAME; overrides "
+                        "recipe.json");
+  build_cmd
+      ->add_option("--env", recipe.env,
+                   "K=V for setup.sh only (repeatable): never stored in the layer")
+      ->allow_extra_args(false);
+  build_cmd->add_option("--timeout", recipe.sandbox.timeout, "Kill setup.sh after DURATION");
+  build_cmd->add_option("--memory", recipe.sandbox.memory, "Memory limit of the bake");
+  build_cmd->add_option("--pids", recipe.sandbox.pids, "Process limit of the bake");
+  build_cmd->add_option("--disk", recipe.sandbox.disk, "Cap of /tmp during the bake");
+  build_cmd->add_flag("--json", recipe.json, "Print the outcome as JSON");
+  build_cmd->add_option("--net-log", recipe.sandbox.net_log,
+                        "With a filtered or open network in recipe.json: write each network "
+                        "decision of setup.sh to FILE as an NDJSON line (\"-\": stderr)");
+  add_engine_test_options(*build_cmd, recipe.sandbox);
+  return build_cmd;
+}
+
 bool run_needs_egress(const RunOptions& options) {
   return options.net == "filtered" || options.net == "open";
 }
 
-Result<void> check_run_net_options(const RunOptions& options) {
-  if (run_needs_egress(options)) return {};
+std::string egress_only_options(const RunOptions& options) {
   std::string given;
   auto note = [&given](bool present, const char* name) {
     if (present) given += (given.empty() ? "" : ", ") + std::string(name);
@@ -114,6 +145,12 @@ Result<void> check_run_net_options(const RunOptions& options) {
   note(!options.net_upstream_netns.empty(), "--net-upstream-netns");
   note(!options.net_resolve.empty(), "--net-resolve");
   note(!options.net_upstream_ca.empty(), "--net-upstream-ca");
+  return given;
+}
+
+Result<void> check_run_net_options(const RunOptions& options) {
+  if (run_needs_egress(options)) return {};
+  const std::string given = egress_only_options(options);
   if (given.empty()) return {};
   const bool several = given.find(',') != std::string::npos;
   return plain_error("--net", given + (several ? " need" : " needs") +
