@@ -1,6 +1,7 @@
 // The subcommands hutch-egress serves too, `run` and `recipe build`: hutch parses them, and
 // hutch-egress parses the same argv again when hutch hands it a run or a bake with egress.
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <string>
 
 #include "cli/verbs.h"
@@ -23,6 +24,14 @@ void add_engine_test_options(CLI::App& command, RunOptions& options) {
 }
 
 }  // namespace
+
+void add_state_dir_option(CLI::App& app, std::string& state_dir) {
+  state_dir = "/var/lib/hutch";
+  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
+    state_dir = env;
+  app.add_option("--state-dir", state_dir,
+                 "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
+}
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
   CLI::App* run_cmd =

@@ -1,7 +1,6 @@
 // hutch: the command-line face of the runtime. Parses arguments and calls the verb (cli/verbs.h),
 // which calls the runtime and maps the outcome to an exit status. No kernel work here.
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 #include <string>
 
 #include "cli/verbs.h"
@@ -24,11 +23,8 @@ int main(int argc, char** argv) {
       "machines as tar streams, import rootfs/OCI/docker images as --rootfs image:NAME, list and\n"
       "remove them (served by hutch-image).");
   app.require_subcommand(1);
-  std::string state_dir = "/var/lib/hutch";
-  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
-    state_dir = env;
-  app.add_option("--state-dir", state_dir,
-                 "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
+  std::string state_dir;
+  add_state_dir_option(app, state_dir);
 
   RunOptions options;
   CLI::App* run_cmd = add_run_command(app, options);

@@ -67,6 +67,9 @@ struct RunOptions {
   std::vector<std::string> net_resolve;
 };
 
+// commands.cc: --state-dir (default $HUTCH_STATE_DIR, else /var/lib/hutch), shared by hutch and
+// hutch-egress.
+void add_state_dir_option(CLI::App& app, std::string& state_dir);
 // commands.cc: the `run` subcommand and its options, shared by hutch and hutch-egress.
 CLI::App* add_run_command(CLI::App& app, RunOptions& options);
 // --net filtered or open: the run needs the network engine, in hutch-egress.

@@ -3,7 +3,6 @@
 // with the same argv (cli/main.cc): the engine links OpenSSL, Boost.Asio and libnftables, which
 // is shared only, and hutch stays static.
 #include <CLI/CLI.hpp>
-#include <cstdlib>
 #include <string>
 
 #include "cli/egress/run_egress.h"
@@ -13,11 +12,8 @@ int main(int argc, char** argv) {
   using namespace hutch::cli;
   CLI::App app{"hutch-egress: hutch run and recipe build with egress (hutch runs this)"};
   app.require_subcommand(1);
-  std::string state_dir = "/var/lib/hutch";
-  if (const char* env = std::getenv("HUTCH_STATE_DIR"); env != nullptr && *env != '\0')
-    state_dir = env;
-  app.add_option("--state-dir", state_dir,
-                 "State directory (default $HUTCH_STATE_DIR or /var/lib/hutch)");
+  std::string state_dir;
+  add_state_dir_option(app, state_dir);
   RunOptions options;
   CLI::App* run_cmd = add_run_command(app, options);
   RecipeOptions recipe;
