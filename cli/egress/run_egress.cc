@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -52,6 +54,7 @@
 #include "net/tls/sandbox_ca.h"
 #include "net/tls/trust_bundle.h"
 #include "recipes/recipe_json.h"
+#include "runtime/cgroup/stale.h"
 #include "runtime/process/pidfd.h"
 
 namespace hutch::cli {
@@ -151,14 +154,19 @@ using RunnerBody = std::function<int(UniqueFd netns, const std::string& environm
   ::_exit(status);
 }
 
-// A 0700 dir in $TMPDIR (or /tmp) for a run's CA, removed with this.
+// A 0700 dir in $TMPDIR (or /tmp) for a run's CA, removed with this. Its name holds its owner's
+// identity, as hutch's cgroup ids do (runtime/cgroup/stale.h): a run killed before it could
+// remove its dir leaves one the next run removes.
 class PrivateDir {
  public:
+  static constexpr std::string_view kPrefix = "hutch-egress-";
+  static constexpr size_t kSuffix = 7;  // mkdtemp's "-XXXXXX"
+
   static Result<PrivateDir> make() {
-    std::error_code no_tmp;
-    std::string path =
-        (std::filesystem::temp_directory_path(no_tmp) / "hutch-egress-XXXXXX").string();
-    if (no_tmp) path = "/tmp/hutch-egress-XXXXXX";
+    const std::filesystem::path tmp = temp_dir();
+    sweep(tmp);
+    const std::string owner = HUTCH_TRY(make_sandbox_cgroup_id(0));
+    std::string path = (tmp / (std::string(kPrefix) + owner + "-XXXXXX")).string();
     if (::mkdtemp(path.data()) == nullptr) return sys_error("mkdtemp", path);
     return PrivateDir(std::move(path));
   }
@@ -172,6 +180,30 @@ class PrivateDir {
 
  private:
   explicit PrivateDir(std::string path) : path_(std::move(path)) {}
+
+  static std::filesystem::path temp_dir() {
+    std::error_code no_tmp;
+    std::filesystem::path tmp = std::filesystem::temp_directory_path(no_tmp);
+    return no_tmp ? std::filesystem::path("/tmp") : tmp;
+  }
+
+  // Removes the dirs of runs that are gone: only ours in form (a 0700 directory this uid owns,
+  // which no other user can have made or changed) and only when the owner is provably dead.
+  static void sweep(const std::filesystem::path& tmp) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp, error)) {
+      const std::string name = entry.path().filename();
+      if (!name.starts_with(kPrefix) || name.size() <= kPrefix.size() + kSuffix) continue;
+      const std::string owner = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix);
+      struct stat st {};
+      if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+          st.st_uid != ::geteuid() || (st.st_mode & 07777) != 0700 || cgroup_owner_alive(owner))
+        continue;
+      std::error_code ignored;
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
+
   std::string path_;
 };
 

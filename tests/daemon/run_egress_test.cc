@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/cgroup/stale.h"
 #include "tests/common/command.h"
 #include "tests/common/memory_scan.h"
 #include "tests/common/must_work.h"
@@ -368,6 +370,51 @@ TEST_F(RunEgress, RecipeBuildGivesSetupItsNetworkAndNotTheRecipesSandboxes) {
   refused = hutch({"--state-dir", state, "recipe", "build", recipe}, options);
   EXPECT_EQ(refused.exit_code, 125);
   EXPECT_NE(refused.err.find("10.0.0.0/33"), std::string::npos) << refused.err;
+}
+
+// A run killed with SIGKILL cannot remove its CA's dir; the sandbox dies with it (parent-death
+// signals), and the next run removes the dir, and only dirs of runs provably gone.
+TEST_F(RunEgress, ADirLeftByAKilledRunIsRemovedByTheNextRun) {
+  ASSERT_NO_FATAL_FAILURE(start_plain_upstream());
+  const std::string sleeper = "sleep 600.25";
+  ::setenv("TMPDIR", tmp_.c_str(), 1);
+  ::setenv("HUTCH_TEST_NET", "1", 1);
+  auto killed = std::make_unique<BackgroundCommand>(
+      std::vector<std::string>{HUTCH_BINARY, "run", "--net", "filtered", "--", "/bin/sh", "-c",
+                               sleeper},
+      temp_.path() + "/killed.err");
+  ::unsetenv("TMPDIR");
+  ::unsetenv("HUTCH_TEST_NET");
+  ASSERT_GT(killed->pid(), 0);
+  ASSERT_TRUE(wait_until([&] { return !processes_running(sleeper).empty(); }, 30s,
+                         "the killed run's sleep"))
+      << read_file_or_empty(temp_.path() + "/killed.err");
+  const std::vector<std::string> left = entries_of(tmp_);
+  ASSERT_EQ(left.size(), 1u);
+  killed.reset();  // SIGKILL, reaped
+  EXPECT_TRUE(wait_until([&] { return processes_running(sleeper).empty(); }, 10s,
+                         "the sandbox dying with the run"));
+  EXPECT_EQ(entries_of(tmp_), left) << "SIGKILL leaves the dir";
+
+  // Not removed: a live owner's (this test's), a name not in hutch's form, and a dir of the
+  // right name that is not 0700.
+  const auto own = make_sandbox_cgroup_id(0);
+  ASSERT_TRUE(own);
+  const std::string live = "hutch-egress-" + *own + "-abcdef";
+  const std::string stranger = "hutch-egress-not-an-owner-abcdef";
+  const std::string open_mode = left.front().substr(0, left.front().size() - 7) + "-ghijkl";
+  for (const std::string& name : {live, stranger, open_mode})
+    ASSERT_EQ(::mkdir((tmp_ + "/" + name).c_str(), 0700), 0) << name;
+  ASSERT_EQ(::chmod((tmp_ + "/" + open_mode).c_str(), 0755), 0);
+
+  auto next = run("filtered", {}, "true");
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  std::vector<std::string> kept = entries_of(tmp_);
+  std::sort(kept.begin(), kept.end());
+  std::vector<std::string> expected = {live, stranger, open_mode};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(kept, expected) << "the killed run's dir is gone, the others stay";
+  for (const std::string& name : expected) ::rmdir((tmp_ + "/" + name).c_str());
 }
 
 // Hostile and mistaken command lines: each refused before anything is made, naming the cause.
