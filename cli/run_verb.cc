@@ -1,4 +1,7 @@
 // `hutch run`: a spec from the command line, one sandbox, its outcome as an exit status.
+#include <stdio.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
@@ -30,7 +33,7 @@ int exit_status(const RunResult& result) {
   return result.exit_code;
 }
 
-void print_json(const RunResult& result, int status) {
+void print_json(const RunResult& result, int status, int record_fd) {
   using std::chrono::duration;
   nlohmann::json record = {
       {"exit_code", status},
@@ -48,7 +51,7 @@ void print_json(const RunResult& result, int status) {
   if (result.start_failure)
     record["start_failure"] = *result.start_failure + ": " + std::strerror(result.start_errno);
   std::fflush(stdout);
-  std::printf("%s\n", record.dump().c_str());
+  ::dprintf(record_fd, "%s\n", record.dump().c_str());
 }
 
 }  // namespace
@@ -120,12 +123,13 @@ Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& stat
   return spec;
 }
 
-int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns) {
+int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns, int record_fd) {
   auto result = run_sandbox(spec, std::move(netns));
   if (!result) {
     if (options.json) {
-      std::printf(
-          "%s\n",
+      std::fflush(stdout);
+      ::dprintf(
+          record_fd, "%s\n",
           nlohmann::json{
               {"exit_code", kExitRuntimeFailure},
               {"error", {{"step", result.error().step}, {"message", result.error().message()}}}}
@@ -135,7 +139,7 @@ int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns)
     return fail(result.error());
   }
   int status = exit_status(*result);
-  if (options.json) print_json(*result, status);
+  if (options.json) print_json(*result, status, record_fd);
   return status;
 }
 

@@ -3,6 +3,8 @@
 // parses the command line (CLI11) and calls one of them.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,8 +86,10 @@ Result<void> check_run_net_options(const RunOptions& options);
 Result<SandboxSpec> make_spec(const RunOptions& options, const std::string& state_dir);
 int run(const RunOptions& options, const std::string& state_dir);
 // Runs `spec` (in `netns` when given: a host_owned spec's) and maps the outcome to the exit
-// status, with the --json record when asked.
-int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns = {});
+// status, with the --json record when asked, written to `record_fd` (hutch-egress's runner hands
+// it to the host side, which adds the network's figures).
+int run_spec(const RunOptions& options, const SandboxSpec& spec, UniqueFd netns = {},
+             int record_fd = STDOUT_FILENO);
 
 // recipe_verbs.cc
 struct RecipeOptions {

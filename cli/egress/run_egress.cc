@@ -129,12 +129,14 @@ void add_environment(SandboxSpec& spec, const std::string& lines) {
 }
 
 // What the runner does once the host side said go: runs the sandbox in `netns`, with
-// `environment` ("K=V" lines) added, and returns the exit status.
-using RunnerBody = std::function<int(UniqueFd netns, const std::string& environment)>;
+// `environment` ("K=V" lines) added, writes a --json record to `record_fd`, and returns the exit
+// status.
+using RunnerBody =
+    std::function<int(UniqueFd netns, const std::string& environment, int record_fd)>;
 
 // The runner: waits for the host side's go, then runs `body`. Never returns.
 [[noreturn]] void runner(const RunOptions& options, const RunnerBody& body, UniqueFd netns,
-                         UniqueFd from_host, pid_t host) {
+                         UniqueFd from_host, UniqueFd record, pid_t host) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != host) ::_exit(kExitRuntimeFailure);
   for (const std::string& name : options.secret_from_env) {
@@ -149,7 +151,8 @@ using RunnerBody = std::function<int(UniqueFd netns, const std::string& environm
   }
   // No go: the host side failed, and said why.
   if (!message.starts_with("go\n")) ::_exit(kExitRuntimeFailure);
-  const int status = body(std::move(netns), message.substr(3));
+  const int status =
+      body(std::move(netns), message.substr(3), record ? record.get() : STDOUT_FILENO);
   std::fflush(nullptr);
   ::_exit(status);
 }
@@ -269,6 +272,19 @@ class HostSide {
     return environment;
   }
 
+  // The sandbox's figures, for the --json record.
+  json figures() const {
+    auto stats = service_ ? service_->status(id_, policy_).stats : std::nullopt;
+    if (!stats) return nullptr;
+    return {{"mode", net::mode_name(policy_.mode)},
+            {"connections", stats->connections},
+            {"denied", stats->denied},
+            {"dns_queries", stats->dns_queries},
+            {"dns_denied", stats->dns_denied},
+            {"bytes_up", stats->bytes_up},
+            {"bytes_down", stats->bytes_down}};
+  }
+
   // After the sandbox is gone: the engine's last decisions are logged before the detach.
   void drain() {
     if (!service_) return;
@@ -356,23 +372,49 @@ int wait_for_runner(pid_t runner_pid, const sigset_t& forwarded) {
   return WEXITSTATUS(status);
 }
 
+// The runner's --json record (it has exited: the pipe holds all of it), printed with "network"
+// added as the last line of stdout. Nothing when the runner wrote none (it died).
+void print_record(int from_runner, json network) {
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(from_runner, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  json record = json::parse(text, nullptr, false);
+  if (!record.is_object()) return;
+  record["network"] = std::move(network);
+  std::fflush(stdout);
+  std::printf("%s\n", record.dump().c_str());
+  std::fflush(stdout);
+}
+
 // The runner runs `body` in the namespace with the egress path while this process's engine
 // serves it with `policy`, the CA as HostSide::start says; returns the runner's exit status.
+// With `record` (a run's --json), the runner's record comes back over a pipe, and this process
+// prints it with the network's figures added.
 int beside_engine(const RunOptions& options, const net::Policy& policy,
                   daemon::service::PreparedEgress prepared, const std::string& trust_dir,
-                  const RunnerBody& body) {
-  int go[2];
-  if (::pipe2(go, O_CLOEXEC) != 0) return fail(sys_error("pipe2", "").error());
+                  bool record, const RunnerBody& body) {
+  int go[2], records[2] = {-1, -1};
+  if (::pipe2(go, O_CLOEXEC) != 0) return fail(sys_error("pipe2", "the runner's go").error());
   UniqueFd go_read(go[0]), go_write(go[1]);
+  if (record && ::pipe2(records, O_CLOEXEC) != 0)
+    return fail(sys_error("pipe2", "the runner's record").error());
+  UniqueFd record_read(records[0]), record_write(records[1]);
   const pid_t host_pid = ::getpid();
   const pid_t runner_pid = ::fork();
   if (runner_pid < 0) return fail(sys_error("fork", "the runner").error());
   if (runner_pid == 0) {
     go_write.reset();
+    record_read.reset();
     prepared.listeners = {};
-    runner(options, body, std::move(prepared.netns), std::move(go_read), host_pid);
+    runner(options, body, std::move(prepared.netns), std::move(go_read), std::move(record_write),
+           host_pid);
   }
   go_read.reset();
+  record_write.reset();
   prepared.netns.reset();
 
   // A runner gone before it read its go: the write fails with EPIPE instead of killing us.
@@ -405,6 +447,7 @@ int beside_engine(const RunOptions& options, const net::Policy& policy,
   go_write.reset();
   const int status = wait_for_runner(runner_pid, forwarded);
   host.drain();
+  if (record_read) print_record(record_read.get(), host.figures());
   return status;
 }
 
@@ -422,10 +465,10 @@ int run_with_egress(const RunOptions& options, const std::string& state_dir) {
   spec->net = NetMode::kHostOwned;
   for (BindMount& bind : daemon::service::trust_binds(dir->path()))
     spec->binds.push_back(std::move(bind));
-  return beside_engine(options, *policy, std::move(*prepared), dir->path(),
-                       [&](UniqueFd netns, const std::string& environment) {
+  return beside_engine(options, *policy, std::move(*prepared), dir->path(), options.json,
+                       [&](UniqueFd netns, const std::string& environment, int record_fd) {
                          add_environment(*spec, environment);
-                         return run_spec(options, *spec, std::move(netns));
+                         return run_spec(options, *spec, std::move(netns), record_fd);
                        });
 }
 
@@ -434,8 +477,8 @@ int recipe_build_with_egress(const RecipeOptions& recipe, const std::string& sta
   if (!policy) return fail(policy.error());
   auto prepared = daemon::service::prepare_egress();
   if (!prepared) return fail(prepared.error());
-  return beside_engine(recipe.sandbox, *policy, std::move(*prepared), "",
-                       [&](UniqueFd netns, const std::string&) {
+  return beside_engine(recipe.sandbox, *policy, std::move(*prepared), "", false,
+                       [&](UniqueFd netns, const std::string&, int) {
                          return recipe_build(recipe, state_dir, std::move(netns));
                        });
 }

@@ -134,7 +134,7 @@ class RunEgress : public ::testing::Test {
 TEST_F(RunEgress, FilteredReachesAllowedNamesOnlyAndLogsEachDecision) {
   ASSERT_NO_FATAL_FAILURE(start_plain_upstream());
   const std::string log = temp_.path() + "/decisions.ndjson";
-  auto result = run("filtered", {"--allow", "api.test", "--net-log", log},
+  auto result = run("filtered", {"--allow", "api.test", "--net-log", log, "--json"},
                     "curl -sS --max-time 10 http://api.test/; echo; "
                     "curl -sS --max-time 10 http://evil.test/ 2>&1; "
                     "curl -sS --max-time 10 -w ' %{http_code}' http://198.51.100.10/; echo; "
@@ -148,6 +148,17 @@ TEST_F(RunEgress, FilteredReachesAllowedNamesOnlyAndLogsEachDecision) {
   EXPECT_NE(result.out.find("\"network_denied\""), std::string::npos) << result.out;
   EXPECT_NE(result.out.find(" 403\n"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("Operation not permitted"), std::string::npos) << result.out;
+  // --json: the run's record is the last line, with the network's figures.
+  const size_t last = result.out.rfind('\n', result.out.size() - 2);
+  const json record = json::parse(result.out.substr(last + 1), nullptr, false);
+  ASSERT_TRUE(record.is_object()) << result.out;
+  EXPECT_EQ(record["exit_code"], 7) << record;
+  const json& network = record["network"];
+  EXPECT_EQ(network["mode"], "filtered") << record;
+  EXPECT_GE(network["connections"].get<int>(), 2) << record << ": api.test and the IP literal";
+  EXPECT_GE(network["denied"].get<int>(), 1) << record;
+  EXPECT_GE(network["dns_denied"].get<int>(), 1) << record;
+  EXPECT_GT(network["bytes_down"].get<int>(), 0) << record;
 
   // Every decision, as GET .../network/log lists them, written by the time the run returned.
   bool allowed_http = false, denied_dns = false, denied_literal = false;
