@@ -150,14 +150,10 @@ int main(int argc, char** argv) {
   // Before any thread: load_environment clears the variables (getenv and unsetenv are not
   // thread-safe), so no child of hutchd inherits them.
   auto secrets = std::make_shared<hutch::daemon::service::SecretStore>();
-  if (!secrets_file.empty()) {
-    if (auto loaded = secrets->load_file(secrets_file); !loaded)
-      return fail("--secrets-file: " + loaded.error().message());
-  }
-  for (const std::string& name : secret_from_env) {
-    if (auto loaded = secrets->load_environment(name); !loaded)
-      return fail("--secret-from-env: " + loaded.error().message());
-  }
+  if (auto loaded =
+          hutch::daemon::service::load_secret_options(*secrets, secrets_file, secret_from_env);
+      !loaded)
+    return fail(loaded.error().message());
 
   if (auto checked = hutch::check_cgroup_parent(cgroup_parent); !checked)
     return fail("--cgroup-parent: " + checked.error().message());
@@ -184,21 +180,11 @@ int main(int argc, char** argv) {
     return fail("--default-network wants none, loopback, filtered or open, got \"" +
                 default_network + "\"");
   network.default_mode = *default_mode;
-  // A production hutchd cannot be pointed at another namespace or resolver by a stray flag.
-  const char* test_net = std::getenv("HUTCH_TEST_NET");
-  const bool test_net_allowed = test_net != nullptr && std::string(test_net) == "1";
-  if ((!net_upstream_netns.empty() || !net_resolve.empty() || !net_upstream_ca.empty()) &&
-      !test_net_allowed)
-    return fail(
-        "--net-upstream-netns, --net-resolve and --net-upstream-ca are for tests: they need "
-        "HUTCH_TEST_NET=1");
-  network.upstream_netns = net_upstream_netns;
-  network.upstream_ca_file = net_upstream_ca;
   network.secrets = secrets;
-  for (const std::string& entry : net_resolve) {
-    if (auto added = hutch::daemon::service::add_static_name(network.static_names, entry); !added)
-      return fail(added.error().message());
-  }
+  if (auto set = hutch::daemon::service::set_test_network_options(network, net_upstream_netns,
+                                                                  net_resolve, net_upstream_ca);
+      !set)
+    return fail(set.error().message());
   auto proxy = hutch::daemon::service::upstream_proxy_from_options(
       net_upstream_proxy, net_no_proxy, net_upstream_proxy_secret, secrets.get(),
       network.static_names);

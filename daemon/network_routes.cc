@@ -21,12 +21,6 @@ using nlohmann::json;
 constexpr auto kPollWait = std::chrono::milliseconds(500);
 constexpr auto kKeepalive = std::chrono::seconds(5);
 
-json decision_json(const service::LoggedDecision& entry) {
-  json out = connection_log_to_json(entry.log);
-  out["seq"] = entry.seq;
-  return out;
-}
-
 json status_json(const service::NetworkStatus& status, const Sandbox& sandbox) {
   json out = network_to_json(status.policy);
   out["error"] = network_error_json(sandbox.network_error());
@@ -90,7 +84,7 @@ void add_network_routes(Routes& routes, DaemonContext& context) {
     if (follow != "1" && follow != "true") {
       std::string text;
       for (const auto& entry : network.decisions(sandbox->id(), 0, {}, nullptr))
-        text += dump_json(decision_json(entry)) + "\n";
+        text += dump_json(connection_log_to_json(entry.log, entry.seq)) + "\n";
       res.status = 200;
       res.set_content(text, "application/x-ndjson");
       return;
@@ -105,7 +99,7 @@ void add_network_routes(Routes& routes, DaemonContext& context) {
       // its successor has a log of its own).
       while (registry.find(sandbox->id()) == sandbox) {
         for (const auto& entry : network.decisions(sandbox->id(), after, kPollWait, nullptr)) {
-          std::string line = dump_json(decision_json(entry)) + "\n";
+          std::string line = dump_json(connection_log_to_json(entry.log, entry.seq)) + "\n";
           if (!sink.write(line.data(), line.size())) return false;
           after = entry.seq;
           quiet_since = std::chrono::steady_clock::now();

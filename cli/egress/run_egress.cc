@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -134,6 +135,18 @@ void add_environment(SandboxSpec& spec, const std::string& lines) {
 using RunnerBody =
     std::function<int(UniqueFd netns, const std::string& environment, int record_fd)>;
 
+// All `fd` holds until its writer closes it; nullopt on a read error.
+std::optional<std::string> read_to_end(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
 // The runner: waits for the host side's go, then runs `body`. Never returns.
 [[noreturn]] void runner(const RunOptions& options, const RunnerBody& body, UniqueFd netns,
                          UniqueFd from_host, UniqueFd record, pid_t host) {
@@ -142,17 +155,11 @@ using RunnerBody =
   for (const std::string& name : options.secret_from_env) {
     if (char* value = ::getenv(name.c_str())) ::explicit_bzero(value, std::strlen(value));
   }
-  std::string message;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(from_host.get(), buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ::_exit(kExitRuntimeFailure);
-    message.append(buffer, static_cast<size_t>(n));
-  }
   // No go: the host side failed, and said why.
-  if (!message.starts_with("go\n")) ::_exit(kExitRuntimeFailure);
+  const std::optional<std::string> message = read_to_end(from_host.get());
+  if (!message || !message->starts_with("go\n")) ::_exit(kExitRuntimeFailure);
   const int status =
-      body(std::move(netns), message.substr(3), record ? record.get() : STDOUT_FILENO);
+      body(std::move(netns), message->substr(3), record ? record.get() : STDOUT_FILENO);
   std::fflush(nullptr);
   ::_exit(status);
 }
@@ -233,14 +240,8 @@ class HostSide {
     id_ = std::move(id);
     policy_ = policy;
     auto secrets = std::make_shared<daemon::service::SecretStore>();
-    if (!options.secrets_file.empty()) {
-      if (auto loaded = secrets->load_file(options.secrets_file); !loaded)
-        return plain_error("--secrets-file", loaded.error().message());
-    }
-    for (const std::string& name : options.secret_from_env) {
-      if (auto loaded = secrets->load_environment(name); !loaded)
-        return plain_error("--secret-from-env", loaded.error().message());
-    }
+    HUTCH_TRY(daemon::service::load_secret_options(*secrets, options.secrets_file,
+                                                   options.secret_from_env));
     if (auto known = daemon::service::check_inject_secrets(policy, secrets.get()); !known)
       return plain_error("network policy", known.error().message);
     daemon::service::SandboxTrust trust;
@@ -256,7 +257,8 @@ class HostSide {
     network.netns_ahead = 0;
     network.watch_host_addresses = true;
     network.secrets = secrets;
-    HUTCH_TRY(test_options(options, network));
+    HUTCH_TRY(daemon::service::set_test_network_options(
+        network, options.net_upstream_netns, options.net_resolve, options.net_upstream_ca));
     service_ = HUTCH_TRY(NetworkService::create(std::move(network), metrics_));
     HUTCH_TRY(service_->attach_unsupervised(id_, policy, std::move(listeners), std::move(trust)));
     if (!options.net_log.empty()) HUTCH_TRY(follow_log(options.net_log));
@@ -297,23 +299,6 @@ class HostSide {
   }
 
  private:
-  static Result<void> test_options(const RunOptions& options,
-                                   daemon::service::NetworkOptions& network) {
-    if (options.net_upstream_netns.empty() && options.net_resolve.empty() &&
-        options.net_upstream_ca.empty())
-      return {};
-    // A stray flag cannot point a real run at another namespace or resolver.
-    const char* test_net = std::getenv("HUTCH_TEST_NET");
-    if (test_net == nullptr || std::string_view(test_net) != "1")
-      return plain_error("--net-upstream-netns, --net-resolve, --net-upstream-ca",
-                         "these are for tests: they need HUTCH_TEST_NET=1");
-    network.upstream_netns = options.net_upstream_netns;
-    network.upstream_ca_file = options.net_upstream_ca;
-    for (const std::string& entry : options.net_resolve)
-      HUTCH_TRY(daemon::service::add_static_name(network.static_names, entry));
-    return {};
-  }
-
   Result<void> follow_log(const std::string& path) {
     FILE* out = stderr;
     if (path != "-") {
@@ -326,9 +311,8 @@ class HostSide {
         last = stop_;  // one more read after the stop: what came before it
         for (const auto& entry :
              service_->decisions(id_, after, std::chrono::milliseconds(last ? 0 : 200), nullptr)) {
-          json line = daemon::connection_log_to_json(entry.log);
-          line["seq"] = entry.seq;
-          std::fprintf(out, "%s\n", line.dump().c_str());
+          std::fprintf(out, "%s\n",
+                       daemon::connection_log_to_json(entry.log, entry.seq).dump().c_str());
           after = entry.seq;
         }
         std::fflush(out);
@@ -375,14 +359,7 @@ int wait_for_runner(pid_t runner_pid, const sigset_t& forwarded) {
 // The runner's --json record (it has exited: the pipe holds all of it), printed with "network"
 // added as the last line of stdout. Nothing when the runner wrote none (it died).
 void print_record(int from_runner, json network) {
-  std::string text;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(from_runner, buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  json record = json::parse(text, nullptr, false);
+  json record = json::parse(read_to_end(from_runner).value_or(""), nullptr, false);
   if (!record.is_object()) return;
   record["network"] = std::move(network);
   std::fflush(stdout);

@@ -4,9 +4,10 @@
 
 namespace hutch::daemon {
 
-nlohmann::json connection_log_to_json(const net::ConnectionLog& log) {
+nlohmann::json connection_log_to_json(const net::ConnectionLog& log, uint64_t seq) {
   using nlohmann::json;
-  json out = {{"time", iso8601(log.started)},
+  json out = {{"seq", seq},
+              {"time", iso8601(log.started)},
               {"protocol", log.protocol},
               {"name", log.name ? json(*log.name) : json(nullptr)},
               {"address", log.address},

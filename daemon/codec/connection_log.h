@@ -2,12 +2,14 @@
 // `hutch run --net-log`: the same fields in both.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "net/engine/engine.h"
 
 namespace hutch::daemon {
 
-nlohmann::json connection_log_to_json(const net::ConnectionLog& log);
+// With "seq": the decision's number in its sandbox's log.
+nlohmann::json connection_log_to_json(const net::ConnectionLog& log, uint64_t seq);
 
 }  // namespace hutch::daemon

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -57,14 +58,26 @@ ServiceResult<void> check_inject_secrets(const net::Policy& policy, const Secret
   return {};
 }
 
-Result<void> add_static_name(std::map<std::string, std::vector<net::Address>>& names,
-                             std::string_view entry) {
-  const size_t eq = entry.find('=');
-  auto name = net::normalize_name(entry.substr(0, eq == std::string_view::npos ? 0 : eq));
-  auto address = net::Address::parse(eq == std::string_view::npos ? "" : entry.substr(eq + 1));
-  if (eq == std::string_view::npos || !name || !address)
-    return plain_error("--net-resolve", "wants NAME=ADDR, got \"" + std::string(entry) + "\"");
-  names[*name].push_back(*address);
+Result<void> set_test_network_options(NetworkOptions& options, const std::string& upstream_netns,
+                                      const std::vector<std::string>& resolve,
+                                      const std::string& upstream_ca) {
+  if (upstream_netns.empty() && resolve.empty() && upstream_ca.empty()) return {};
+  const char* test_net = std::getenv("HUTCH_TEST_NET");
+  if (test_net == nullptr || std::string_view(test_net) != "1")
+    return plain_error("--net-upstream-netns, --net-resolve and --net-upstream-ca",
+                       "these are for tests: they need HUTCH_TEST_NET=1");
+  options.upstream_netns = upstream_netns;
+  options.upstream_ca_file = upstream_ca;
+  for (const std::string& entry : resolve) {
+    const size_t eq = entry.find('=');
+    auto name =
+        net::normalize_name(std::string_view(entry).substr(0, eq == std::string::npos ? 0 : eq));
+    auto address =
+        net::Address::parse(eq == std::string::npos ? "" : std::string_view(entry).substr(eq + 1));
+    if (eq == std::string::npos || !name || !address)
+      return plain_error("--net-resolve", "wants NAME=ADDR, got \"" + entry + "\"");
+    options.static_names[*name].push_back(*address);
+  }
   return {};
 }
 

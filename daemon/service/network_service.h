@@ -84,9 +84,12 @@ Result<std::optional<net::UpstreamProxy>> upstream_proxy_from_options(
     const std::string& url, const std::string& no_proxy, const std::string& secret,
     SecretStore* secrets, const std::map<std::string, std::vector<net::Address>>& static_names);
 
-// Adds a test's static name, "NAME=ADDR" (--net-resolve), to `names`.
-Result<void> add_static_name(std::map<std::string, std::vector<net::Address>>& names,
-                             std::string_view entry);
+// The test-only options of hutchd and hutch-egress into `options`: --net-upstream-netns,
+// --net-resolve NAME=ADDR (each) and --net-upstream-ca. Refused unless HUTCH_TEST_NET=1, so that
+// a stray flag cannot point a real engine at another namespace or resolver.
+Result<void> set_test_network_options(NetworkOptions& options, const std::string& upstream_netns,
+                                      const std::vector<std::string>& resolve,
+                                      const std::string& upstream_ca);
 
 // A decision as the log API lists it, numbered per sandbox from 1 (follow mode resumes after a
 // number).

@@ -214,4 +214,17 @@ std::optional<SecretValue> SecretStore::value(std::string_view name) const {
   return SecretValue(std::string(found->second.value.view()));
 }
 
+Result<void> load_secret_options(SecretStore& store, const std::string& file,
+                                 const std::vector<std::string>& from_env) {
+  if (!file.empty()) {
+    if (auto loaded = store.load_file(file); !loaded)
+      return plain_error("--secrets-file", loaded.error().message());
+  }
+  for (const std::string& name : from_env) {
+    if (auto loaded = store.load_environment(name); !loaded)
+      return plain_error("--secret-from-env", loaded.error().message());
+  }
+  return {};
+}
+
 }  // namespace hutch::daemon::service

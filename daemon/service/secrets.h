@@ -85,4 +85,10 @@ class SecretStore {
   std::map<std::string, std::string, std::less<>> reserved_;
 };
 
+// --secrets-file FILE (none when "") and then each --secret-from-env NAME into `store`, as
+// hutchd and hutch-egress take them; an error names the option. Before threads, as
+// load_environment.
+Result<void> load_secret_options(SecretStore& store, const std::string& file,
+                                 const std::vector<std::string>& from_env);
+
 }  // namespace hutch::daemon::service
